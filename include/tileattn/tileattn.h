@@ -1,0 +1,8 @@
+// tileattn/tileattn.h: the whole public API.
+#pragma once
+
+#include "tileattn/attention.h"
+#include "tileattn/error.h"
+#include "tileattn/options.h"
+#include "tileattn/tensor.h"
+#include "tileattn/version.h"

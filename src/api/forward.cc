@@ -1,0 +1,129 @@
+// forward.cc: the public entry points: validate once, select, run.
+#include <cstdlib>
+
+#include "api/validate.h"
+#include "cpu/cpu_forward.h"
+#include "dispatch/select.h"
+#include "reference/reference.h"
+#include "simd/simd.h"
+#include "tileattn/tileattn.h"
+#if defined(TILEATTN_WITH_CUDA)
+#include "cuda/cuda_api.h"
+#endif
+
+namespace tileattn {
+namespace {
+
+detail::DeviceCaps caps_for(const Device& device) {
+  detail::DeviceCaps caps;
+  caps.kind = device.kind;
+#if defined(TILEATTN_WITH_CUDA)
+  caps.cuda_built = true;
+  caps.sm90_built = detail::cuda::sm90_built();
+  if (device.kind == DeviceKind::kCUDA) {
+    caps.device_count = detail::cuda::device_count();
+    if (device.index >= 0 && device.index < caps.device_count) {
+      const auto info = detail::cuda::device_info(device.index);
+      caps.cc_major = info.cc_major;
+      caps.cc_minor = info.cc_minor;
+    }
+  }
+#endif
+  return caps;
+}
+
+// Validation and selection together; returns the params and the kernel, or throws.
+detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                          const TensorRef& out, const TensorRef* lse, const Options& options,
+                          detail::AttnParams* params) {
+  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, params))
+    throw *error;
+  auto sel = detail::select_kernel(*params, caps_for(q.device), options.kernel);
+  if (!sel.ok()) throw Error(sel.argument, sel.reason);
+  return sel;
+}
+
+}  // namespace
+
+void forward(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+             const TensorRef* lse, const Options& options) {
+  detail::AttnParams params;
+  const auto sel = prepare(q, k, v, out, lse, options, &params);
+  switch (sel.kernel) {
+    case Kernel::kCpuTiled: detail::cpu::forward(params); break;
+#if defined(TILEATTN_WITH_CUDA)
+    case Kernel::kCudaSm80:
+    case Kernel::kCudaSm90: detail::cuda::forward(params, sel.kernel); break;
+#endif
+    default: throw RuntimeError(std::string("kernel ") + kernel_name(sel.kernel) + " is not in this build");
+  }
+}
+
+Support supported(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                  const TensorRef* lse, const Options& options) {
+  detail::AttnParams params;
+  try {
+    const auto sel = prepare(q, k, v, out, lse, options, &params);
+    return Support{true, sel.kernel, {}};
+  } catch (const Error& e) {
+    return Support{false, Kernel::kAuto, e.what()};
+  }
+}
+
+void reference(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+               const TensorRef* lse, const Options& options) {
+  reference_rows(q, k, v, out, lse, options, 0, q.rank == 4 ? q.shape[1] : 0);
+}
+
+void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                    const TensorRef* lse, const Options& options, int64_t row_begin, int64_t row_end) {
+  detail::AttnParams params;
+  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kReference, &params))
+    throw *error;
+  if (row_begin < 0 || row_begin > row_end)
+    throw Error("row_begin", std::to_string(row_begin) + " with row_end " + std::to_string(row_end) +
+                                 ", expected 0 <= row_begin <= row_end");
+  detail::reference::oracle(params, row_begin, row_end);
+}
+
+void eager(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+           const TensorRef* lse, const Options& options, EagerStats* stats) {
+  detail::AttnParams params;
+  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kEager, &params))
+    throw *error;
+  int64_t bytes = 0;
+  if (q.device.kind == DeviceKind::kCPU) {
+    bytes = detail::reference::eager(params);
+  } else {
+#if defined(TILEATTN_WITH_CUDA)
+    const auto caps = caps_for(q.device);
+    if (q.device.index >= caps.device_count)
+      throw Error("q", "is on " + device_name(q.device) + ", but " + std::to_string(caps.device_count) +
+                           " CUDA device(s) are present");
+    bytes = detail::cuda::eager(params);
+#else
+    throw Error("q", "is on " + device_name(q.device) + ", but this build of tileattn has no CUDA kernels");
+#endif
+  }
+  if (stats) stats->extra_bytes = bytes;
+}
+
+bool built_with_cuda() {
+#if defined(TILEATTN_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#if defined(TILEATTN_WITH_CUDA)
+  return detail::cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+const char* cpu_isa() { return detail::simd().isa; }
+
+}  // namespace tileattn

@@ -1,0 +1,196 @@
+// validate.cc: argument checks for every entry point; each message names argument and value.
+#include "api/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace tileattn::detail {
+namespace {
+
+std::string str(int64_t x) { return std::to_string(x); }
+
+std::string fstr(float x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
+  return buf;
+}
+
+std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, const char* layout) {
+  if (t.rank != rank)
+    return Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " +
+                           str(rank) + " dims " + layout);
+  for (int d = 0; d < rank; ++d) {
+    if (t.shape[d] < 0)
+      return Error(name, "shape " + shape_string(t) + " has a negative size in dim " + str(d));
+    if (t.stride[d] < 0)
+      return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) +
+                             " is negative; strides must be >= 0");
+  }
+  if (t.numel() > 0 && t.data == nullptr) return Error(name, "data is null for shape " + shape_string(t));
+  return std::nullopt;
+}
+
+// The element span [lo, hi] (in bytes from data) the view touches; empty views touch nothing.
+struct Span {
+  uintptr_t lo = 0, hi = 0;
+  bool empty = true;
+};
+
+Span span_of(const TensorRef& t) {
+  Span s;
+  if (t.numel() == 0) return s;
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
+  s.lo = reinterpret_cast<uintptr_t>(t.data);
+  s.hi = s.lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype))) - 1;
+  s.empty = false;
+  return s;
+}
+
+bool overlaps(const TensorRef& a, const TensorRef& b) {
+  const Span x = span_of(a), y = span_of(b);
+  if (x.empty || y.empty || a.device != b.device) return false;
+  return x.lo <= y.hi && y.lo <= x.hi;
+}
+
+// An output's elements must not share memory: sorted by stride, each dim steps past the last.
+bool self_overlapping(const TensorRef& t) {
+  std::array<int, kMaxRank> order{};
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] > 1) order[n++] = d;
+  for (int i = 1; i < n; ++i)  // insertion sort by stride
+    for (int j = i; j > 0 && t.stride[order[j]] < t.stride[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
+  int64_t extent = 1;  // elements spanned by the dims so far
+  for (int i = 0; i < n; ++i) {
+    const int d = order[i];
+    if (t.stride[d] < extent) return true;
+    extent = t.stride[d] * (t.shape[d] - 1) + extent;
+  }
+  return false;
+}
+
+std::optional<Error> check_dim(const char* name, const TensorRef& t, int dim, const char* dim_name,
+                               int64_t expected, const char* source) {
+  if (t.shape[dim] != expected)
+    return Error(name, "shape " + shape_string(t) + ": " + dim_name + " (dim " + str(dim) + ") is " +
+                           str(t.shape[dim]) + ", expected " + str(expected) + " as in " + source);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                 const TensorRef& out, const TensorRef* lse,
+                                 const Options& options, Entry entry, AttnParams* p) {
+  constexpr const char* kLayoutQ = "[batch, seqlen, heads, head_dim]";
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}})
+    if (auto e = check_rank(name, *t, 4, kLayoutQ)) return e;
+  if (lse)
+    if (auto e = check_rank("lse", *lse, 3, "[batch, heads, seqlen_q]")) return e;
+
+  // Shapes.
+  const int64_t B = q.shape[0], Lq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
+  const int64_t Lk = k.shape[1], Hkv = k.shape[2];
+  if (D < 1) return Error("q", "head_dim (dim 3) is " + str(D) + ", expected >= 1");
+  if (Hq < 1) return Error("q", "heads (dim 2) is " + str(Hq) + ", expected >= 1");
+  if (Hkv < 1) return Error("k", "heads (dim 2) is " + str(Hkv) + ", expected >= 1");
+  if (auto e = check_dim("k", k, 0, "batch", B, "q")) return e;
+  if (auto e = check_dim("k", k, 3, "head_dim", D, "q")) return e;
+  for (int d = 0; d < 4; ++d)
+    if (auto e = check_dim("v", v, d, d == 0 ? "batch" : d == 1 ? "seqlen" : d == 2 ? "heads" : "head_dim",
+                           k.shape[d], "k"))
+      return e;
+  for (int d = 0; d < 4; ++d)
+    if (auto e = check_dim("out", out, d, d == 0 ? "batch" : d == 1 ? "seqlen" : d == 2 ? "heads" : "head_dim",
+                           q.shape[d], "q"))
+      return e;
+  if (Hq % Hkv != 0)
+    return Error("k", "heads (dim 2) is " + str(Hkv) + ", which does not divide the query heads " +
+                          str(Hq) + " (GQA needs Hq % Hkv == 0)");
+  if (lse) {
+    if (auto e = check_dim("lse", *lse, 0, "batch", B, "q")) return e;
+    if (auto e = check_dim("lse", *lse, 1, "heads", Hq, "q")) return e;
+    if (auto e = check_dim("lse", *lse, 2, "seqlen_q", Lq, "q")) return e;
+  }
+
+  // Dtypes.
+  if (k.dtype != q.dtype) return Error("k", std::string("dtype ") + dtype_name(k.dtype) + " differs from q's " + dtype_name(q.dtype));
+  if (v.dtype != q.dtype) return Error("v", std::string("dtype ") + dtype_name(v.dtype) + " differs from q's " + dtype_name(q.dtype));
+  if (entry != Entry::kReference) {
+    if (q.dtype == DType::kFloat64)
+      return Error("q", "dtype fp64 is accepted only by reference(); expected fp32, fp16 or bf16");
+    if (out.dtype != q.dtype)
+      return Error("out", std::string("dtype ") + dtype_name(out.dtype) + " differs from q's " + dtype_name(q.dtype));
+    if (lse && lse->dtype != DType::kFloat32)
+      return Error("lse", std::string("dtype ") + dtype_name(lse->dtype) + ", expected fp32");
+  }
+
+  // Devices.
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"k", &k}, {"v", &v}, {"out", &out}, {"lse", lse}})
+    if (t && t->device != q.device)
+      return Error(name, "is on " + device_name(t->device) + " but q is on " + device_name(q.device));
+  if (q.device.kind == DeviceKind::kCUDA && q.device.index < 0)
+    return Error("q", "device index " + str(q.device.index) + " is negative");
+  if (entry == Entry::kReference && q.device.kind != DeviceKind::kCPU)
+    return Error("q", "is on " + device_name(q.device) + "; reference() runs on CPU tensors only");
+
+  // Outputs must not overlap themselves or the inputs.
+  if (self_overlapping(out)) return Error("out", "strides overlap (a written element would alias another)");
+  if (lse && self_overlapping(*lse)) return Error("lse", "strides overlap (a written element would alias another)");
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    if (overlaps(out, *t)) return Error("out", std::string("overlaps ") + name + " in memory");
+    if (lse && overlaps(*lse, *t)) return Error("lse", std::string("overlaps ") + name + " in memory");
+  }
+  if (lse && overlaps(*lse, out)) return Error("lse", "overlaps out in memory");
+
+  // Options.
+  if (options.scale && !std::isfinite(*options.scale))
+    return Error("options.scale", fstr(*options.scale) + " is not finite");
+  if (!(options.softcap >= 0.0f) || !std::isfinite(options.softcap))
+    return Error("options.softcap", fstr(options.softcap) + ", expected a finite value >= 0 (0 = off)");
+  if (options.window_left < -1)
+    return Error("options.window_left", str(options.window_left) + ", expected >= 0 or -1 (unbounded)");
+  if (options.window_right < -1)
+    return Error("options.window_right", str(options.window_right) + ", expected >= 0 or -1 (unbounded)");
+  if (options.causal && options.window_right > 0)
+    return Error("options.window_right", str(options.window_right) + " conflicts with causal, which sets it to 0");
+  if (options.num_threads < 0)
+    return Error("options.num_threads", str(options.num_threads) + ", expected >= 0 (0 = default)");
+
+  AttnParams& P = *p;
+  P = AttnParams{};
+  P.q = q.data;
+  P.k = k.data;
+  P.v = v.data;
+  P.out = out.data;
+  P.lse = lse ? lse->data : nullptr;
+  P.dtype = q.dtype;
+  P.out_dtype = out.dtype;
+  P.lse_dtype = lse ? lse->dtype : DType::kFloat32;
+  P.device_index = q.device.index;
+  P.batch = B;
+  P.seqlen_q = Lq;
+  P.seqlen_k = Lk;
+  P.heads_q = Hq;
+  P.heads_kv = Hkv;
+  P.head_dim = D;
+  auto s4 = [](const TensorRef& t) { return Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}; };
+  P.q_stride = s4(q);
+  P.k_stride = s4(k);
+  P.v_stride = s4(v);
+  P.out_stride = s4(out);
+  if (lse) P.lse_stride = Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
+  P.scale = options.scale ? *options.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  P.softcap = options.softcap;
+  P.causal = options.causal;
+  P.window_left = options.window_left;
+  P.window_right = options.causal ? 0 : options.window_right;
+  P.rescale = options.rescale;
+  P.num_threads = options.num_threads;
+  P.cuda_stream = options.cuda_stream;
+  return std::nullopt;
+}
+
+}  // namespace tileattn::detail

@@ -1,0 +1,50 @@
+// params.h: the plain problem description the API layer validates once and hands to kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "tileattn/options.h"
+#include "tileattn/tensor.h"
+
+namespace tileattn::detail {
+
+// Element strides of a [B, L, H, D] tensor.
+struct Strides4 {
+  int64_t b = 0, l = 0, h = 0, d = 1;
+};
+
+// Element strides of a [B, H, L] tensor (the LSE).
+struct Strides3 {
+  int64_t b = 0, h = 0, l = 1;
+};
+
+struct AttnParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;  // may be null
+  DType dtype = DType::kFloat32;      // q, k, v
+  DType out_dtype = DType::kFloat32;  // out (== dtype for forward())
+  DType lse_dtype = DType::kFloat32;  // fp32 for forward()
+  int device_index = 0;
+
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  Strides4 q_stride, k_stride, v_stride, out_stride;
+  Strides3 lse_stride;
+
+  float scale = 0.0f;    // resolved (never 0 unless the caller asked for 0)
+  float softcap = 0.0f;  // 0 = off
+  // Normalized mask: -1 = unbounded. causal is window_right = 0 (and left as given).
+  int64_t window_left = -1, window_right = -1;
+  bool causal = false;  // kept for selection and printing; already folded into window_right
+
+  Rescale rescale = Rescale::kConditional;
+  int num_threads = 0;
+  void* cuda_stream = nullptr;
+
+  int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+};
+
+}  // namespace tileattn::detail

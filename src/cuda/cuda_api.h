@@ -1,0 +1,25 @@
+// cuda_api.h: host entry points of the CUDA part of the library (no CUDA headers here).
+// Compiled only when the build has CUDA (TILEATTN_WITH_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/params.h"
+
+namespace tileattn::detail::cuda {
+
+struct DeviceInfo {
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  std::string name;
+};
+
+int device_count();             // 0 when there is no driver or no GPU
+DeviceInfo device_info(int index);
+bool sm90_built();              // whether the sm90a kernels are compiled in
+
+void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors
+int64_t eager(const AttnParams& p);               // S and P in device memory; returns their bytes
+
+}  // namespace tileattn::detail::cuda

@@ -1,0 +1,13 @@
+// kernels_avx512.cc: the SIMD kernels built for avx512 (flags set in CMakeLists.txt).
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#define TILEATTN_SIMD_NS avx512
+#define TILEATTN_SIMD_ISA "avx512"
+namespace tileattn::detail::avx512 {
+constexpr int kW = 16;   // floats per vector
+constexpr int kMR = 4;  // micro-kernel rows
+constexpr int kNV = 4;  // micro-kernel vectors per row
+}  // namespace tileattn::detail::avx512
+#include "simd/kernels.inc"

@@ -1,0 +1,58 @@
+// simd.cc: picks the SIMD table for this CPU once per process.
+#include "simd/simd.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tileattn::detail {
+namespace avx512 { extern const SimdKernels kKernels; }
+namespace avx2 { extern const SimdKernels kKernels; }
+namespace generic { extern const SimdKernels kKernels; }
+
+namespace {
+
+bool cpu_has(const char* isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (!std::strcmp(isa, "avx512"))
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  if (!std::strcmp(isa, "avx2"))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+  return !std::strcmp(isa, "generic");
+}
+
+const SimdKernels& pick() {
+  // Best first; TILEATTN_CPU_ISA names the best level allowed (an unknown name allows all).
+  const char* levels[] = {"avx512", "avx2", "generic"};
+  const char* cap = std::getenv("TILEATTN_CPU_ISA");
+  bool allowed = true;
+  if (cap)
+    for (const char* isa : levels) allowed = allowed && std::strcmp(cap, isa) != 0;
+  for (const char* isa : levels) {
+    allowed = allowed || (cap && std::strcmp(cap, isa) == 0);
+    if (!allowed) continue;
+    if (const SimdKernels* k = simd_for(isa)) return *k;
+  }
+  return generic::kKernels;
+}
+
+}  // namespace
+
+const SimdKernels* simd_for(const char* isa) {
+  if (!cpu_has(isa)) return nullptr;
+  if (!std::strcmp(isa, "avx512")) return &avx512::kKernels;
+  if (!std::strcmp(isa, "avx2")) return &avx2::kKernels;
+  if (!std::strcmp(isa, "generic")) return &generic::kKernels;
+  return nullptr;
+}
+
+const SimdKernels& simd() {
+  static const SimdKernels& k = pick();
+  return k;
+}
+
+}  // namespace tileattn::detail

@@ -1,0 +1,37 @@
+// simd.h: the CPU's hot loops behind one table of function pointers, chosen once per process
+// from what the CPU supports (AVX-512, AVX2+FMA, or portable vector code).
+#pragma once
+
+#include <cstdint>
+
+#include "tileattn/tensor.h"
+
+namespace tileattn::detail {
+
+struct SimdKernels {
+  const char* isa;  // "avx512", "avx2", "generic"
+  int width;        // floats per vector: buffers' row lengths are padded to a multiple of it
+
+  // C[M x N] (+)= A[M x K] * B[K x N], all row-major fp32. N must be a multiple of `width`;
+  // rows of B and C must hold N floats. accumulate = false overwrites C.
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc, bool accumulate);
+  // max over x[0, n), ignoring NaN (-inf when n == 0 or every entry is -inf)
+  float (*row_max)(const float* x, int64_t n);
+  // x[i] = exp2(x[i] - base) in place for i < n; returns the sum. exp2(-inf) is exactly 0.
+  float (*exp2_sum)(float* x, int64_t n, float base);
+  // x[i] *= a
+  void (*scale)(float* x, int64_t n, float a);
+  // dst[i] = src[i * stride] * mul for i < n, from fp32, fp16 or bf16
+  void (*load)(const void* src, DType dtype, int64_t stride, float* dst, int64_t n, float mul);
+  // dst[i * stride] = round(src[i] * mul) for i < n, to fp32, fp16 or bf16
+  void (*store)(const float* src, float mul, void* dst, DType dtype, int64_t stride, int64_t n);
+};
+
+// The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512 caps it (for tests).
+const SimdKernels& simd();
+const SimdKernels* simd_for(const char* isa);  // null when this CPU cannot run it
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace tileattn::detail
