@@ -1,0 +1,42 @@
+// device.cc: device queries for selection (count, compute capability), cached per process.
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/cuda_api.h"
+
+namespace tileattn::detail::cuda {
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    // No driver or no GPU is not an error here: it means "no CUDA devices".
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+DeviceInfo device_info(int index) {
+  static std::mutex mutex;
+  static std::vector<DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (cache.empty()) {
+    cache.resize(device_count());
+    for (int i = 0; i < static_cast<int>(cache.size()); ++i) {
+      cudaDeviceProp prop{};
+      TILEATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
+      cache[i] = DeviceInfo{prop.major, prop.minor, prop.multiProcessorCount, prop.name};
+    }
+  }
+  if (index < 0 || index >= static_cast<int>(cache.size()))
+    throw RuntimeError("device_info: no CUDA device " + std::to_string(index));
+  return cache[index];
+}
+
+}  // namespace tileattn::detail::cuda
