@@ -22,17 +22,22 @@ namespace tileattn::detail::cpu {
 namespace {
 
 // Per-thread scratch: O(Br x D + Bc x D) floats, never O(Lq x Lk).
+// The logits are kept transposed, S^T [keys][queries]: then S^T = K Q^T reads K as it is stored
+// (only Q, once per work item, is transposed), and the softmax's per-query max and sum run
+// down columns, one SIMD lane per query.
 struct Workspace {
-  std::vector<float> q;   // [Br][D]     pre-scaled query tile
-  std::vector<float> kt;  // [D][Bcp]    key block, transposed
-  std::vector<float> v;   // [Bc][Dp]    value block
-  std::vector<float> s;   // [Br][Bcp]   logits, then weights
-  std::vector<float> o;   // [Br][Dp]    unnormalized output
-  std::vector<float> row; // [D]         one key row
-  std::vector<SoftmaxRow> state;  // [Br]
+  std::vector<float> qt;   // [D][Brp]    pre-scaled query tile, transposed
+  std::vector<float> k;    // [Bc][D]     key block
+  std::vector<float> v;    // [Bc][Dp]    value block (columns past D stay 0)
+  std::vector<float> st;   // [Bc][Brp]   logits, then weights, transposed
+  std::vector<float> o;    // [Br][Dp]    unnormalized output
+  std::vector<float> row;  // [D]         one query row
+  std::vector<float> max, base, sum;  // [Brp] per query
+  std::vector<SoftmaxRow> state;      // [Br]
 
-  Workspace(int64_t br, int64_t bc, int64_t d, int64_t dp, int64_t bcp)
-      : q(br * d), kt(d * bcp), v(bc * dp, 0.0f), s(br * bcp), o(br * dp), row(d), state(br) {}
+  Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
+      : qt(d * brp), k(bc * d), v(bc * dp, 0.0f), st(bc * brp), o(br * dp), row(d), max(brp),
+        base(brp), sum(brp), state(br) {}
 };
 
 const char* elem(const void* base, DType dtype, int64_t offset) {
@@ -40,19 +45,23 @@ const char* elem(const void* base, DType dtype, int64_t offset) {
 }
 
 template <class Mask>
-void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, int64_t b, int64_t h,
-              int64_t q0, int64_t q1, Workspace& ws) {
-  const TileConfig tile = tile_config(p.head_dim);
-  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Bcp = round_up(tile.block_k, simd.width);
+void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, const TileConfig& tile,
+              int64_t b, int64_t h, int64_t q0, int64_t q1, Workspace& ws) {
   const int64_t rows = q1 - q0, hk = h / p.group_size();
+  // Columns of Q^T and S^T: this tile's rows rounded up to whole vectors (a short last tile
+  // or a single decode row does not pay for a full Br).
+  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Brp = round_up(rows, simd.width);
   const bool conditional = p.rescale == Rescale::kConditional;
+  const bool k_in_place = p.dtype == DType::kFloat32 && p.k_stride.d == 1;
   // With softcap the GEMM yields S / softcap and the log2 factor is applied after tanh.
   const float q_mul = p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_mul = p.softcap * kLog2e;
 
+  std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = b * p.q_stride.b + (q0 + r) * p.q_stride.l + h * p.q_stride.h;
-    simd.load(elem(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.q.data() + r * D, D, q_mul);
+    simd.load(elem(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
+    for (int64_t d = 0; d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
   std::fill(ws.o.begin(), ws.o.begin() + rows * Dp, 0.0f);
@@ -61,45 +70,56 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, in
   tile_key_range(mask, q0, q1, &k_begin, &k_end);
   for (int64_t k0 = k_begin; k0 < k_end; k0 += tile.block_k) {
     const int64_t kn = std::min(tile.block_k, k_end - k0);
-    // K^T [D][Bcp] and V [kn][Dp], converted to fp32; columns past kn of K^T are zero.
-    for (int64_t j = 0; j < kn; ++j) {
-      const int64_t koff = b * p.k_stride.b + (k0 + j) * p.k_stride.l + hk * p.k_stride.h;
-      simd.load(elem(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.row.data(), D, 1.0f);
-      for (int64_t d = 0; d < D; ++d) ws.kt[d * Bcp + j] = ws.row[d];
+    // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
+    // only broadcast from, so its row stride does not matter), else converted into ws.k.
+    const float* k_rows = ws.k.data();
+    int64_t k_ld = D;
+    if (k_in_place) {
+      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + k0 * p.k_stride.l + hk * p.k_stride.h;
+      k_ld = p.k_stride.l;
+    }
+    for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
+      if (!k_in_place) {
+        const int64_t koff = b * p.k_stride.b + (k0 + j) * p.k_stride.l + hk * p.k_stride.h;
+        simd.load(elem(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
+      }
       const int64_t voff = b * p.v_stride.b + (k0 + j) * p.v_stride.l + hk * p.v_stride.h;
       simd.load(elem(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
     }
-    if (kn < Bcp)
-      for (int64_t d = 0; d < D; ++d) std::fill_n(ws.kt.data() + d * Bcp + kn, Bcp - kn, 0.0f);
+    // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
+    simd.gemm(kn, Brp, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
 
-    simd.gemm(rows, Bcp, D, ws.q.data(), D, ws.kt.data(), Bcp, ws.s.data(), Bcp, false);
-
-    const bool visible = block_fully_visible(mask, q0, q1, k0, k0 + kn);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* s = ws.s.data() + r * Bcp;
-      if (p.softcap > 0)
-        for (int64_t j = 0; j < kn; ++j) s[j] = std::tanh(s[j]) * cap_mul;
-      if (!visible) {
+    if (p.softcap > 0)
+      for (int64_t j = 0; j < kn; ++j)
+        for (int64_t r = 0; r < rows; ++r) ws.st[j * Brp + r] = std::tanh(ws.st[j * Brp + r]) * cap_mul;
+    if (!block_fully_visible(mask, q0, q1, k0, k0 + kn))
+      for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = mask.lo(q0 + r) - k0, hi = mask.hi(q0 + r) - k0;
         for (int64_t j = 0; j < kn; ++j)
-          if (j < lo || j >= hi) s[j] = -INFINITY;
+          if (j < lo || j >= hi) ws.st[j * Brp + r] = -INFINITY;
       }
-      SoftmaxRow& st = ws.state[r];
-      const float alpha = st.advance(simd.row_max(s, kn), conditional);
+
+    simd.col_max(ws.st.data(), kn, Brp, Brp, ws.max.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      SoftmaxRow& state = ws.state[r];
+      const float alpha = state.advance(ws.max[r], conditional);
       if (alpha != 1.0f) simd.scale(ws.o.data() + r * Dp, Dp, alpha);
-      st.add(simd.exp2_sum(s, kn, st.base()));
+      ws.base[r] = state.base();
     }
-    simd.gemm(rows, Dp, kn, ws.s.data(), Bcp, ws.v.data(), Dp, ws.o.data(), Dp, true);
+    simd.exp2_cols(ws.st.data(), kn, Brp, Brp, ws.base.data(), ws.sum.data());
+    for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
+    // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i])
+    simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const SoftmaxRow& st = ws.state[r];
+    const SoftmaxRow& state = ws.state[r];
     const int64_t off = b * p.out_stride.b + (q0 + r) * p.out_stride.l + h * p.out_stride.h;
-    simd.store(ws.o.data() + r * Dp, st.inv_l(), const_cast<char*>(elem(p.out, p.out_dtype, off)),
+    simd.store(ws.o.data() + r * Dp, state.inv_l(), const_cast<char*>(elem(p.out, p.out_dtype, off)),
                p.out_dtype, p.out_stride.d, D);
     if (p.lse) {
       const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + (q0 + r) * p.lse_stride.l;
-      static_cast<float*>(p.lse)[loff] = st.lse();
+      static_cast<float*>(p.lse)[loff] = state.lse();
     }
   }
 }
@@ -107,22 +127,22 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, in
 template <class Mask>
 void run(const AttnParams& p, const Mask& mask) {
   const SimdKernels& simd = detail::simd();
-  const TileConfig tile = tile_config(p.head_dim);
-  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Bcp = round_up(tile.block_k, simd.width);
+  const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  const TileConfig tile = tile_config(p.head_dim, p.seqlen_q, p.batch * p.heads_q, threads);
+  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Brp = round_up(tile.block_q, simd.width);
   const int64_t q_tiles = (p.seqlen_q + tile.block_q - 1) / tile.block_q;
   const int64_t items = p.batch * p.heads_q * q_tiles;
-  const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
 
 #pragma omp parallel num_threads(threads)
   {
-    Workspace ws(tile.block_q, tile.block_k, D, Dp, Bcp);
+    Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);
     // Later query tiles see more keys under a causal mask: hand them out first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t qt = q_tiles - 1 - item % q_tiles;
       const int64_t bh = item / q_tiles;
       const int64_t q0 = qt * tile.block_q, q1 = std::min(p.seqlen_q, q0 + tile.block_q);
-      run_tile(p, mask, simd, bh / p.heads_q, bh % p.heads_q, q0, q1, ws);
+      run_tile(p, mask, simd, tile, bh / p.heads_q, bh % p.heads_q, q0, q1, ws);
     }
   }
 }

@@ -10,15 +10,19 @@ struct TileConfig {
   int64_t block_k;  // keys per inner step (Bc)
 };
 
-constexpr TileConfig tile_config(int64_t /*head_dim*/) {
-  // Bc = 64: one S row is 64 floats = 4 AVX-512 vectors (8 AVX2, 16 SSE), the micro-kernel's
-  //   full width, so S = Q K^T never runs a narrow edge tile.
-  // Br = 64: K and V tiles are loaded (and converted to fp32) once per 64 query rows, so the
-  //   conversion costs 1/128 of the FMAs; 64 x D fp32 tiles of Q, K^T, V and O take 128 KiB at
-  //   D = 128 and 512 KiB at the CPU limit D = 512, inside a 1-2 MiB L2.
-  // Work items (batch, head, query tile) number B*H*Lq/64: 1024 for the demo's shape, plenty
-  //   for dynamic scheduling over a few cores.
-  return TileConfig{64, 64};
+// heads = batch * query heads; threads = workers that share the items.
+constexpr TileConfig tile_config(int64_t head_dim, int64_t seqlen_q, int64_t heads, int64_t threads) {
+  // Bc = 64: S^T = K Q^T has Bc rows, a multiple of the micro-kernel's; 128 measured slower
+  //   (the S^T and P tiles leave L1).
+  // Br = 256: each K and V block is read from memory (and converted to fp32) once per Br query
+  //   rows. On a 2-core AVX-512 machine, D = 128, L = 2048: Br = 64 ran at 45% of the FMA peak,
+  //   128 at 47%, 256 at 51%: the K/V reads, strided by H * D in [B, L, H, D], are the rest.
+  //   Q^T, S^T and O tiles then take 256 x (2D + 64) floats: 320 KiB at D = 128, inside L2.
+  // Br = 128 for D > 256 keeps those tiles under ~1.2 MiB; Br = 64 when the big tiles would
+  //   leave threads idle (fewer than 4 work items per thread).
+  int64_t block_q = head_dim > 256 ? 128 : 256;
+  while (block_q > 64 && heads * ((seqlen_q + block_q - 1) / block_q) < 4 * threads) block_q /= 2;
+  return TileConfig{block_q, 64};
 }
 
 }  // namespace tileattn::detail::cpu

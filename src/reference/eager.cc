@@ -78,7 +78,7 @@ int64_t eager(const AttnParams& p) {
         for (int64_t r = 0; r < n; ++r)
           simd.load(elem(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
                     p.dtype, p.q_stride.d, q.data() + r * D, D, q_mul);
-        simd.gemm(n, Lkp, D, q.data(), D, packed.data(), Lkp, s.data(), Lkp, false);
+        simd.gemm(n, Lkp, D, q.data(), D, 1, packed.data(), Lkp, s.data(), Lkp, false);
         for (int64_t r = 0; r < n; ++r)
           simd.store(s.data() + r * Lkp, 1.0f, sp_row(s_mem.get(), b, h, i0 + r), p.dtype, 1, Lk);
       }
@@ -117,7 +117,7 @@ int64_t eager(const AttnParams& p) {
         std::vector<float> pr(n * Lkp), o(n * Dp);
         for (int64_t r = 0; r < n; ++r)
           simd.load(sp_row(p_mem.get(), b, h, i0 + r), p.dtype, 1, pr.data() + r * Lkp, Lk, 1.0f);
-        simd.gemm(n, Dp, Lk, pr.data(), Lkp, packed.data(), Dp, o.data(), Dp, false);
+        simd.gemm(n, Dp, Lk, pr.data(), Lkp, 1, packed.data(), Dp, o.data(), Dp, false);
         for (int64_t r = 0; r < n; ++r)
           simd.store(o.data() + r * Dp, 1.0f,
                      const_cast<char*>(elem(p.out, p.out_dtype, b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),

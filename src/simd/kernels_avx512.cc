@@ -7,7 +7,7 @@
 #define TILEATTN_SIMD_ISA "avx512"
 namespace tileattn::detail::avx512 {
 constexpr int kW = 16;   // floats per vector
-constexpr int kMR = 4;  // micro-kernel rows
+constexpr int kMR = 6;  // micro-kernel rows
 constexpr int kNV = 4;  // micro-kernel vectors per row
 }  // namespace tileattn::detail::avx512
 #include "simd/kernels.inc"

@@ -12,10 +12,16 @@ struct SimdKernels {
   const char* isa;  // "avx512", "avx2", "generic"
   int width;        // floats per vector: buffers' row lengths are padded to a multiple of it
 
-  // C[M x N] (+)= A[M x K] * B[K x N], all row-major fp32. N must be a multiple of `width`;
-  // rows of B and C must hold N floats. accumulate = false overwrites C.
-  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-               int64_t ldb, float* C, int64_t ldc, bool accumulate);
+  // C[M x N] (+)= A[M x K] * B[K x N] in fp32; A(i, k) = A[i * rsa + k * csa] (so A may be
+  // stored transposed), B and C row-major. N must be a multiple of `width`; rows of B and C
+  // must hold N floats. accumulate = false overwrites C.
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
+               const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+  // Column-wise versions for a block stored [rows][ld] with n columns (n a multiple of width):
+  // out[c] = max over r of x[r][c], NaN dropped (-inf when rows == 0)
+  void (*col_max)(const float* x, int64_t rows, int64_t ld, int64_t n, float* out);
+  // x[r][c] = exp2(x[r][c] - base[c]) in place; sums[c] = sum over r of the new x[r][c]
+  void (*exp2_cols)(float* x, int64_t rows, int64_t ld, int64_t n, const float* base, float* sums);
   // max over x[0, n), ignoring NaN (-inf when n == 0 or every entry is -inf)
   float (*row_max)(const float* x, int64_t n);
   // x[i] = exp2(x[i] - base) in place for i < n; returns the sum. exp2(-inf) is exactly 0.
