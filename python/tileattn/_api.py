@@ -1,0 +1,199 @@
+"""The public functions: attention, eager, reference, flash_attn_func."""
+
+import numbers
+import operator
+
+import numpy as np
+
+from . import _C, _arrays
+from ._arrays import argument_error
+
+_LAYOUT_Q = "4 dims [batch, seqlen, heads, head_dim]"
+
+
+def _check_options(causal, scale, window, softcap):
+    """Type checks of the keyword options (values are checked by the core, which names them)."""
+    if not isinstance(causal, (bool, np.bool_, numbers.Integral)) or causal not in (0, 1):
+        raise argument_error(
+            TypeError, "causal", f"expected a bool, got {_arrays.type_name(causal)} {causal!r}"
+        )
+    if scale is not None and (not isinstance(scale, numbers.Real) or isinstance(scale, bool)):
+        raise argument_error(
+            TypeError,
+            "scale",
+            f"expected a float or None, got {_arrays.type_name(scale)} {scale!r}",
+        )
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise argument_error(
+            TypeError, "window", f"expected a pair (left, right) of ints, got {window!r}"
+        )
+    try:
+        if any(isinstance(w, bool) for w in window):
+            raise TypeError
+        left, right = (operator.index(w) for w in window)
+    except TypeError:
+        raise argument_error(
+            TypeError, "window", f"expected a pair (left, right) of ints, got {window!r}"
+        ) from None
+    if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool):
+        raise argument_error(
+            TypeError, "softcap", f"expected a float, got {_arrays.type_name(softcap)} {softcap!r}"
+        )
+    return dict(
+        causal=bool(causal),
+        scale=None if scale is None else float(scale),
+        window_left=left,
+        window_right=right,
+        softcap=float(softcap),
+    )
+
+
+def _check_arrays(q, k, v, allowed_dtypes):
+    """The kind of q ('numpy', 'torch', ...) after checking that k and v are of the same kind."""
+    kind = _arrays.kind_of(q, "q")
+    for name, x in (("k", k), ("v", v)):
+        if _arrays.kind_of(x, name) != kind:
+            raise argument_error(
+                TypeError,
+                name,
+                f"a {_arrays.type_name(x)}, but q is a {_arrays.type_name(q)}; "
+                "pass q, k and v as arrays of one kind",
+            )
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _arrays.check_dtype(x, kind, name, allowed_dtypes)
+    if len(q.shape) != 4:
+        raise argument_error(
+            ValueError, "q", f"rank {len(q.shape)} (shape {tuple(q.shape)}), expected {_LAYOUT_Q}"
+        )
+    return kind
+
+
+def _run(entry, q, k, v, options, return_lse, out_dtype=None, lse_dtype="float32"):
+    """Allocates out (and lse) in q's framework, runs the core entry on q's stream, returns them."""
+    kind = _check_arrays(
+        q, k, v, _arrays.REFERENCE_DTYPES if entry is _C.reference else _arrays.WORKING_DTYPES
+    )
+    batch, seqlen_q, heads_q, head_dim = (int(s) for s in q.shape)
+    outputs = _arrays.Outputs(q, kind)
+    out = outputs.empty((batch, seqlen_q, heads_q, head_dim), out_dtype)
+    lse = outputs.empty((batch, heads_q, seqlen_q), lse_dtype) if return_lse else None
+    with outputs:
+        args = [outputs.core(x) for x in (q, k, v, out, lse)]
+        entry(*args, **options, stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16)
+    if return_lse:
+        return outputs.result(out), outputs.result(lse)
+    return outputs.result(out)
+
+
+def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False):
+    """Exact attention, tiled with online softmax: ``softmax(scale * q k^T [masked]) v``.
+
+    Args:
+        q: ``[batch, seqlen_q, heads_q, head_dim]`` array: NumPy, PyTorch, CuPy, JAX or any
+            array with ``__dlpack__``, on the CPU or a CUDA GPU. Strided views work as they are
+            (e.g. a ``[B, H, L, D]`` tensor's ``.transpose(1, 2)``); nothing is copied.
+        k, v: ``[batch, seqlen_k, heads_kv, head_dim]``, same kind, dtype and device as q.
+            ``heads_q % heads_kv == 0`` (GQA/MQA: query head h reads kv head
+            ``h // (heads_q // heads_kv)``).
+        causal: query i sees keys ``j <= i + seqlen_k - seqlen_q`` (aligned bottom-right).
+        scale: multiplies ``q k^T``; ``None`` means ``1 / sqrt(head_dim)``.
+        window: ``(left, right)`` sliding window, ``-1`` = unbounded: query i sees keys
+            ``i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right``.
+            With ``causal=True`` right must be -1 or 0.
+        softcap: when > 0, scores become ``softcap * tanh(scores / softcap)`` (Gemma 2, Grok).
+        return_lse: also return the log-sum-exp of each row's scores.
+
+    Returns:
+        ``out`` ``[batch, seqlen_q, heads_q, head_dim]`` in q's dtype, an array of q's kind on
+        q's device; with ``return_lse=True`` the pair ``(out, lse)``, lse ``[batch, heads_q,
+        seqlen_q]`` float32 (natural log). A row that sees no key gets zeros and lse ``-inf``.
+
+    dtypes are float32, float16 and bfloat16 (NumPy bfloat16 is ``ml_dtypes.bfloat16``);
+    accumulation is float32. On CUDA the work is queued on the caller's current stream
+    (``torch.cuda.current_stream()``, ``cupy.cuda.get_current_stream()``) and not waited for.
+    torch tensors go through the custom op ``torch.ops.tileattn.attention`` (see
+    ``tileattn.torch``), so this works under ``torch.compile``; it has no backward yet.
+
+    Raises:
+        TypeError: an argument is not an array, or of an unsupported dtype, or of the wrong type.
+        ValueError: shapes or values that do not fit (the message names the argument).
+        RuntimeError: a device failure (CUDA error, out of memory).
+    """
+    options = _check_options(causal, scale, window, softcap)
+    if _arrays.kind_of(q, "q") == "torch":
+        _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
+        from . import torch as tileattn_torch
+
+        return tileattn_torch._call_op(q, k, v, options, return_lse)
+    return _run(_C.forward, q, k, v, options, return_lse)
+
+
+def eager(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False):
+    """Standard attention as frameworks run it eagerly, for your own comparisons.
+
+    Same arguments and results as :func:`attention`, but ``S = scale q k^T`` and ``P =
+    softmax(S)`` are materialized as ``[batch, heads_q, seqlen_q, seqlen_k]`` arrays in the working
+    dtype (softmax in float32), then ``out = P v``: the error a framework's plain attention makes
+    in the same dtype. It needs O(seqlen_q * seqlen_k) memory. CPU and CUDA arrays.
+    """
+    options = _check_options(causal, scale, window, softcap)
+    return _run(_C.eager, q, k, v, options, return_lse)
+
+
+def reference(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False):
+    """The float64 oracle: attention computed in double precision, for checking results.
+
+    Same arguments as :func:`attention` (inputs float32, float16, bfloat16 or float64), CPU
+    arrays only. Returns ``out`` as **float64** (and ``lse`` float64 with ``return_lse=True``)
+    in q's framework, so the error of a result ``r`` is simply ``abs(r - out)``: converting back
+    to the input dtype would hide the digits a comparison needs.
+    """
+    options = _check_options(causal, scale, window, softcap)
+    return _run(
+        _C.reference, q, k, v, options, return_lse, out_dtype="float64", lse_dtype="float64"
+    )
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """A drop-in for ``flash_attn.flash_attn_func`` for what tileattn supports.
+
+    q ``[batch, seqlen_q, heads_q, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``
+    as in flash-attn (any array kind :func:`attention` takes). ``softmax_scale``, ``causal``,
+    ``window_size`` and ``softcap`` mean what they mean there (with ``causal=True`` the window's
+    right side is 0, as flash-attn sets it); ``deterministic`` is accepted and has no effect
+    (the forward pass is deterministic). Returns ``out``.
+
+    Raises:
+        NotImplementedError: ``dropout_p != 0``, ``alibi_slopes`` given, or
+            ``return_attn_probs=True`` (use ``attention(..., return_lse=True)`` for the LSE).
+    """
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference)"
+        )
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            "alibi_slopes: tileattn has no ALiBi bias; pass alibi_slopes=None"
+        )
+    if return_attn_probs:
+        raise NotImplementedError(
+            "return_attn_probs=True: tileattn does not return attention probabilities; "
+            "use tileattn.attention(..., return_lse=True) for the log-sum-exp"
+        )
+    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
+    return attention(
+        q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap
+    )
