@@ -9,6 +9,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -102,6 +103,15 @@ tileattn::TensorRef to_ref(const Array& a, const std::string& name, bool u16_is_
   for (int d = 0; d < t.rank; ++d) {  // DLPack strides are in elements already
     t.shape[d] = a.shape(d);
     t.stride[d] = a.stride(d);
+  }
+  // An empty array's strides mean nothing and producers export anything (NumPy: all 0, which
+  // would read as an output aliasing itself): give it row-major ones.
+  if (t.numel() == 0) {
+    int64_t stride = 1;
+    for (int d = t.rank - 1; d >= 0; --d) {
+      t.stride[d] = stride;
+      stride *= std::max<int64_t>(t.shape[d], 1);
+    }
   }
   return t;
 }

@@ -194,6 +194,22 @@ def flash_attn_func(
         )
     if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
         window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
-    return attention(
-        q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap
-    )
+    try:
+        return attention(
+            q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap
+        )
+    except (TypeError, ValueError) as error:
+        # Name the arguments as this function's caller wrote them.
+        argument = getattr(error, "argument", None)
+        if argument not in _FLASH_ATTN_NAMES:
+            raise
+        message = str(error).removeprefix(argument + ": ")
+        raise argument_error(type(error), _FLASH_ATTN_NAMES[argument], message) from None
+
+
+_FLASH_ATTN_NAMES = {
+    "scale": "softmax_scale",
+    "window": "window_size",
+    "window[0]": "window_size[0]",
+    "window[1]": "window_size[1]",
+}
