@@ -1,0 +1,217 @@
+// blocks_test.cu: the sm90 building blocks checked on the device before any kernel relies on
+// them: TMA loads (128-byte swizzle) completing on an mbarrier, wgmma SS and RS with K-major and
+// N-major B against a CPU GEMM, a TMA store, and setmaxnreg across three warpgroups.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/tensor_map.h"
+#include "cuda/sm90/tma.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace tileattn::detail::sm90 {
+namespace {
+
+constexpr int kM = 64, kN = 128, kK = 64;  // one warpgroup: D [64 x 128] = A [64 x 64] B
+
+enum class Mode { kSS, kRS, kSSNMajor };
+
+__device__ uint8_t* align_1024(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
+}
+
+__device__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// A is [64][64] row-major (K-major). B is [128][64] row-major (K-major: D = A B^T) for kSS/kRS,
+// or [64][128] row-major (N-major: D = A B) for kSSNMajor. out receives D in fp32, and as bf16
+// through smem and a TMA store into out_bf16.
+template <Mode kMode>
+__global__ void __launch_bounds__(128, 1)
+    gemm_tile(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+              const __grid_constant__ CUtensorMap map_out, const __nv_bfloat16* a_global, float* out) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  auto* sA = reinterpret_cast<__nv_bfloat16*>(smem);                 // 8 KiB
+  auto* sB = reinterpret_cast<__nv_bfloat16*>(smem + 8192);          // 16 KiB
+  auto* sOut = reinterpret_cast<__nv_bfloat16*>(smem + 8192 + 16384);  // 16 KiB, [64][128]
+  __shared__ uint64_t bar;
+  const int t = threadIdx.x;
+  if (t == 0) {
+    tma_prefetch_descriptor(&map_a);
+    mbarrier_init(&bar, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    mbarrier_arrive_expect_tx(&bar, 8192 + 16384);
+    tma_load_2d(sA, &map_a, &bar, 0, 0);
+    if constexpr (kMode == Mode::kSSNMajor) {  // two 64-column chunks of [64 k][128 n]
+      tma_load_2d(sB, &map_b, &bar, 0, 0);
+      tma_load_2d(sB + 64 * 64, &map_b, &bar, 64, 0);
+    } else {
+      tma_load_2d(sB, &map_b, &bar, 0, 0);
+    }
+  }
+  mbarrier_wait(&bar, 0);
+
+  float d[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) d[i] = 0.0f;
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  // RS: this thread's A fragments (HOPPER_FACTS B3), loaded before the fence so no register a
+  // wgmma reads is written between the wgmmas.
+  uint32_t a[kK / 16][4];
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+    const int r0 = 16 * w + g, r1 = r0 + 8, c = 16 * k + 2 * q;
+    a[k][0] = pack_bf16(a_global[r0 * kK + c], a_global[r0 * kK + c + 1]);
+    a[k][1] = pack_bf16(a_global[r1 * kK + c], a_global[r1 * kK + c + 1]);
+    a[k][2] = pack_bf16(a_global[r0 * kK + c + 8], a_global[r0 * kK + c + 9]);
+    a[k][3] = pack_bf16(a_global[r1 * kK + c + 8], a_global[r1 * kK + c + 9]);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+    if constexpr (kMode == Mode::kSSNMajor) {
+      const uint64_t desc_a = desc_advance(make_smem_desc(sA, 16, 1024), 32 * k);
+      const uint64_t desc_b = desc_advance(make_smem_desc(sB, 64 * 128, 1024), 2048 * k);
+      WgmmaOp<kN, true>::ss<1>(d, desc_a, desc_b, 1);
+    } else {
+      const uint64_t desc_b = desc_advance(make_smem_desc(sB, 16, 1024), 32 * k);
+      if constexpr (kMode == Mode::kSS) {
+        const uint64_t desc_a = desc_advance(make_smem_desc(sA, 16, 1024), 32 * k);
+        WgmmaOp<kN, true>::ss<0>(d, desc_a, desc_b, 1);
+      } else {
+        WgmmaOp<kN, true>::rs<0>(d, a[k], desc_b, 1);
+      }
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands<kN / 2>(d);
+
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const int row = 16 * w + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
+    out[row * kN + col] = d[i];
+    sOut[row * kN + col] = __float2bfloat16_rn(d[i]);
+  }
+  fence_proxy_async();
+  __syncthreads();
+  if (t == 0) {
+    tma_store_2d(&map_out, sOut, 0, 0);
+    tma_store_commit();
+    tma_store_wait_read();
+  }
+}
+
+__global__ void __launch_bounds__(384, 1) setmaxnreg_roles(int* out) {
+  const int wg = warpgroup_index();
+  if (wg == 0) {
+    warpgroup_reg_dealloc<24>();
+    out[threadIdx.x] = 1;
+  } else {
+    warpgroup_reg_alloc<240>();
+    out[threadIdx.x] = 2 + wg;
+  }
+}
+
+bool on_hopper() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+  cudaDeviceProp prop{};
+  TILEATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return prop.major == 9 && prop.minor == 0;
+}
+
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(size_t n) { TILEATTN_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(T))); }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+void run_gemm(Mode mode) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<__nv_bfloat16> a(kM * kK), b(kN * kK);
+  for (auto& x : a) x = __float2bfloat16(normal(rng));
+  for (auto& x : b) x = __float2bfloat16(normal(rng));
+  const bool n_major = mode == Mode::kSSNMajor;
+
+  DeviceArray<__nv_bfloat16> da(a.size()), db(b.size()), dout16(kM * kN);
+  DeviceArray<float> dout(kM * kN);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(da.ptr, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  TILEATTN_CUDA_CHECK(cudaMemcpy(db.ptr, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  TILEATTN_CUDA_CHECK(cudaMemset(dout.ptr, 0xff, kM * kN * sizeof(float)));  // NaN poison
+  TILEATTN_CUDA_CHECK(cudaMemset(dout16.ptr, 0xff, kM * kN * 2));
+
+  const uint64_t a_dims[2] = {kK, kM}, a_strides[1] = {kK * 2};
+  const uint32_t a_box[2] = {64, 64};
+  const CUtensorMap map_a = make_tensor_map_16bit(da.ptr, true, 2, a_dims, a_strides, a_box, true);
+  const uint64_t bk_dims[2] = {kK, kN}, bk_strides[1] = {kK * 2};
+  const uint32_t bk_box[2] = {64, kN};
+  const uint64_t bn_dims[2] = {kN, kK}, bn_strides[1] = {kN * 2};
+  const uint32_t bn_box[2] = {64, 64};
+  const CUtensorMap map_b = n_major ? make_tensor_map_16bit(db.ptr, true, 2, bn_dims, bn_strides, bn_box, true)
+                                    : make_tensor_map_16bit(db.ptr, true, 2, bk_dims, bk_strides, bk_box, true);
+  const uint64_t o_dims[2] = {kN, kM}, o_strides[1] = {kN * 2};
+  const uint32_t o_box[2] = {kN, kM};
+  const CUtensorMap map_out = make_tensor_map_16bit(dout16.ptr, true, 2, o_dims, o_strides, o_box, false);
+
+  const int smem = 1024 + 8192 + 16384 + 16384;
+  auto kernel = mode == Mode::kSS ? gemm_tile<Mode::kSS> : mode == Mode::kRS ? gemm_tile<Mode::kRS> : gemm_tile<Mode::kSSNMajor>;
+  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<1, 128, smem>>>(map_a, map_b, map_out, da.ptr, dout.ptr);
+  TILEATTN_CUDA_CHECK(cudaGetLastError());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<float> out(kM * kN);
+  std::vector<__nv_bfloat16> out16(kM * kN);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, out.size() * 4, cudaMemcpyDeviceToHost));
+  TILEATTN_CUDA_CHECK(cudaMemcpy(out16.data(), dout16.ptr, out16.size() * 2, cudaMemcpyDeviceToHost));
+  double max_err = 0, max_err16 = 0;
+  for (int i = 0; i < kM; ++i)
+    for (int j = 0; j < kN; ++j) {
+      double ref = 0;
+      for (int k = 0; k < kK; ++k) {
+        const float bv = n_major ? __bfloat162float(b[k * kN + j]) : __bfloat162float(b[j * kK + k]);
+        ref += static_cast<double>(__bfloat162float(a[i * kK + k])) * bv;
+      }
+      max_err = std::fmax(max_err, std::fabs(out[i * kN + j] - ref));
+      max_err16 = std::fmax(max_err16, std::fabs(__bfloat162float(out16[i * kN + j]) - ref) / (1 + std::fabs(ref)));
+      ASSERT_FALSE(std::isnan(out[i * kN + j])) << "unwritten element " << i << ", " << j;
+    }
+  // Products of bf16 are exact in fp32; only the fp32 sum order differs from the reference.
+  EXPECT_LT(max_err, 1e-3);
+  EXPECT_LT(max_err16, 1.0 / 128);  // bf16 rounding of the stored copy
+}
+
+TEST(Sm90Blocks, WgmmaSharedSharedKMajor) { run_gemm(Mode::kSS); }
+TEST(Sm90Blocks, WgmmaRegisterSharedKMajor) { run_gemm(Mode::kRS); }
+TEST(Sm90Blocks, WgmmaSharedSharedNMajorB) { run_gemm(Mode::kSSNMajor); }
+
+TEST(Sm90Blocks, SetmaxnregMovesRegistersBetweenWarpgroups) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  DeviceArray<int> dout(384);
+  TILEATTN_CUDA_CHECK(cudaMemset(dout.ptr, 0, 384 * sizeof(int)));
+  setmaxnreg_roles<<<1, 384>>>(dout.ptr);
+  TILEATTN_CUDA_CHECK(cudaGetLastError());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int> out(384);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, 384 * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int t = 0; t < 384; ++t) EXPECT_EQ(out[t], t < 128 ? 1 : 2 + t / 128) << "thread " << t;
+}
+
+}  // namespace
+}  // namespace tileattn::detail::sm90
