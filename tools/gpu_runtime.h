@@ -1,0 +1,25 @@
+// gpu_runtime.h: the CUDA runtime calls the tool makes (memory, copies, timing), without CUDA headers.
+// Implemented in gpu_runtime_cuda.cc when the build has CUDA, else by stubs that throw.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace tileattn::cli::gpu {
+
+bool compiled();                            // whether this binary carries the CUDA runtime
+std::string device_description(int index);  // "NVIDIA H200 (sm_90, 132 SMs, 140.4 GiB)"
+std::size_t free_bytes(int index);          // free device memory now
+
+void* allocate(std::size_t bytes, int index);  // throws tileattn::RuntimeError when it cannot
+void release(void* ptr) noexcept;
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+void copy_to_host(void* dst, const void* src, std::size_t bytes);
+void synchronize(int index);
+
+// Milliseconds `fn` takes on the device, timed with events on the legacy default stream (the
+// stream forward() and eager() use when Options::cuda_stream is null).
+double time_ms(int index, const std::function<void()>& fn);
+
+}  // namespace tileattn::cli::gpu

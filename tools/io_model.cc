@@ -1,0 +1,63 @@
+// io_model.cc: the traffic formulas of docs/io_model.md, counted exactly over the query tiles.
+#include "io_model.h"
+
+#include <algorithm>
+
+namespace tileattn::cli {
+namespace {
+
+constexpr int64_t kLseBytes = 4;  // LSE is fp32 whatever the working dtype
+
+int64_t elem_bytes(DType dtype) { return static_cast<int64_t>(dtype_size(dtype)); }
+
+}  // namespace
+
+Traffic eager_traffic(const Shape& s, DType dtype) {
+  const int64_t e = elem_bytes(dtype);
+  const int64_t q = s.batch * s.heads_q * s.seqlen_q * s.head_dim * e;
+  const int64_t kv_per_q_head = s.batch * s.heads_q * s.seqlen_k * s.head_dim * e;
+  const int64_t sp = s.batch * s.heads_q * s.seqlen_q * s.seqlen_k * e;
+  const int64_t lse = s.batch * s.heads_q * s.seqlen_q * kLseBytes;
+  Traffic t;
+  t.read = q + kv_per_q_head      // pass 1 reads Q and K
+           + sp                   // pass 2 reads S
+           + sp + kv_per_q_head;  // pass 3 reads P and V
+  t.written = sp                  // pass 1 writes S
+              + sp                // pass 2 writes P
+              + q + lse;          // pass 3 writes O (the size of Q), pass 2 LSE
+  return t;
+}
+
+int64_t tiled_keys_for_tile(const Shape& s, bool causal, int64_t q1, int64_t block_k) {
+  // Bottom-right causal alignment: query i sees keys j <= i + (Lk - Lq), so the tile's last row
+  // bounds the keys it visits.
+  int64_t k_end = s.seqlen_k;
+  if (causal) k_end = std::clamp<int64_t>(q1 - 1 + (s.seqlen_k - s.seqlen_q) + 1, 0, s.seqlen_k);
+  const int64_t blocks = (k_end + block_k - 1) / block_k;
+  return std::min(s.seqlen_k, blocks * block_k);
+}
+
+Traffic tiled_traffic(const Shape& s, DType dtype, bool causal, int64_t block_q, int64_t block_k) {
+  const int64_t e = elem_bytes(dtype);
+  int64_t keys = 0;  // keys read by all query tiles of one (batch, head)
+  for (int64_t q0 = 0; q0 < s.seqlen_q; q0 += block_q)
+    keys += tiled_keys_for_tile(s, causal, std::min(s.seqlen_q, q0 + block_q), block_k);
+  const int64_t q = s.batch * s.heads_q * s.seqlen_q * s.head_dim * e;
+  const int64_t kv = 2 * s.batch * s.heads_q * keys * s.head_dim * e;
+  Traffic t;
+  t.read = q + kv;
+  t.written = q + s.batch * s.heads_q * s.seqlen_q * kLseBytes;  // O, then LSE
+  return t;
+}
+
+int64_t eager_extra_bytes(const Shape& s, DType dtype) {
+  return 2 * s.batch * s.heads_q * s.seqlen_q * s.seqlen_k * elem_bytes(dtype);
+}
+
+int64_t tiled_workspace_bytes(int threads, int64_t block_q, int64_t block_k, int64_t head_dim) {
+  const int64_t floats =
+      block_q * head_dim + head_dim * block_k + block_k * head_dim + block_q * block_k + block_q * head_dim;
+  return static_cast<int64_t>(threads) * floats * 4;
+}
+
+}  // namespace tileattn::cli

@@ -1,0 +1,41 @@
+// io_model.h: estimated memory traffic and extra memory of eager and tiled attention (docs/io_model.md).
+#pragma once
+
+#include <cstdint>
+
+#include "shape.h"
+#include "tileattn/tensor.h"
+
+namespace tileattn::cli {
+
+struct Traffic {
+  int64_t read = 0;     // bytes
+  int64_t written = 0;  // bytes
+  int64_t total() const { return read + written; }
+};
+
+// The CPU kernel's tiles (src/cpu/tile_config.h); the GPU kernels choose their own.
+inline constexpr int64_t kCpuBlockQ = 64;
+inline constexpr int64_t kCpuBlockK = 64;
+
+// Eager: read Q and K, write S, read S and write P, read P and V, write O and LSE. Every query
+// head reads its kv head's K and V; the mask does not shrink S and P (they are materialized whole).
+Traffic eager_traffic(const Shape& shape, DType dtype);
+
+// Tiled: read Q once; per query tile of block_q rows, read K and V for every key block the tile
+// visits (whole blocks of block_k keys: all of them, or up to the diagonal when causal); write O
+// and LSE once. No reuse across tiles through caches is counted.
+Traffic tiled_traffic(const Shape& shape, DType dtype, bool causal, int64_t block_q, int64_t block_k);
+
+// Keys one query tile of rows [q0, q1) reads (a causal tile starts at key 0, so q0 does not matter) under the
+// model (whole key blocks, clipped to Lk).
+int64_t tiled_keys_for_tile(const Shape& shape, bool causal, int64_t q1, int64_t block_k);
+
+// Eager's S and P: 2 * B * Hq * Lq * Lk elements of the working dtype.
+int64_t eager_extra_bytes(const Shape& shape, DType dtype);
+
+// The CPU kernel's fp32 scratch per thread, Br x D (Q) + D x Bc (K^T) + Bc x D (V) + Br x Bc (S)
+// + Br x D (O), times the threads: what the tiled path needs beyond inputs and outputs.
+int64_t tiled_workspace_bytes(int threads, int64_t block_q, int64_t block_k, int64_t head_dim);
+
+}  // namespace tileattn::cli

@@ -1,0 +1,134 @@
+// problem.cc: allocation, fills, runs and timing of one attention problem.
+#include "problem.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "gpu_runtime.h"
+#include "io_model.h"
+#include "machine.h"
+#include "table.h"
+
+namespace tileattn::cli {
+namespace {
+
+// Seeds of Q, K and V derive from the user's seed so that the three never coincide.
+constexpr uint64_t kSeedStride = 0x51ed2701;
+
+}  // namespace
+
+const char* impl_name(Impl impl) { return impl == Impl::kTiled ? "tiled" : "eager"; }
+
+AttentionData::AttentionData(const Shape& s, DType dtype, Device device, uint64_t seed)
+    : shape_(s),
+      dtype_(dtype),
+      device_(device),
+      host_q_(dtype, s.batch * s.seqlen_q * s.heads_q * s.head_dim),
+      host_k_(dtype, s.batch * s.seqlen_k * s.heads_kv * s.head_dim),
+      host_v_(dtype, s.batch * s.seqlen_k * s.heads_kv * s.head_dim),
+      out_(dtype, s.batch * s.seqlen_q * s.heads_q * s.head_dim, device),
+      lse_(DType::kFloat32, s.batch * s.heads_q * s.seqlen_q, device) {
+  host_q_.fill_normal(seed);
+  host_k_.fill_normal(seed + kSeedStride);
+  host_v_.fill_normal(seed + 2 * kSeedStride);
+  if (device.kind != DeviceKind::kCPU) {
+    dev_q_ = copy_to(host_q_, device);
+    dev_k_ = copy_to(host_k_, device);
+    dev_v_ = copy_to(host_v_, device);
+  }
+}
+
+TensorRef AttentionData::host_q() const {
+  return host_q_.view({shape_.batch, shape_.seqlen_q, shape_.heads_q, shape_.head_dim});
+}
+TensorRef AttentionData::host_k() const {
+  return host_k_.view({shape_.batch, shape_.seqlen_k, shape_.heads_kv, shape_.head_dim});
+}
+TensorRef AttentionData::host_v() const {
+  return host_v_.view({shape_.batch, shape_.seqlen_k, shape_.heads_kv, shape_.head_dim});
+}
+
+TensorRef AttentionData::q() const {
+  if (!dev_q_.data()) return host_q();
+  return dev_q_.view({shape_.batch, shape_.seqlen_q, shape_.heads_q, shape_.head_dim});
+}
+TensorRef AttentionData::k() const {
+  if (!dev_k_.data()) return host_k();
+  return dev_k_.view({shape_.batch, shape_.seqlen_k, shape_.heads_kv, shape_.head_dim});
+}
+TensorRef AttentionData::v() const {
+  if (!dev_v_.data()) return host_v();
+  return dev_v_.view({shape_.batch, shape_.seqlen_k, shape_.heads_kv, shape_.head_dim});
+}
+TensorRef AttentionData::out() const {
+  return out_.view({shape_.batch, shape_.seqlen_q, shape_.heads_q, shape_.head_dim});
+}
+TensorRef AttentionData::lse() const { return lse_.view({shape_.batch, shape_.heads_q, shape_.seqlen_q}); }
+
+void AttentionData::poison_outputs() {
+  auto poison = [](Buffer& dst) {
+    if (dst.on_cpu()) {
+      dst.fill(NAN);
+    } else {
+      Buffer nan(dst.dtype(), dst.numel());
+      nan.fill(NAN);
+      dst.copy_from(nan);
+    }
+  };
+  poison(out_);
+  poison(lse_);
+}
+
+Buffer AttentionData::out_on_host() const { return copy_to(out_, Device::cpu()); }
+Buffer AttentionData::lse_on_host() const { return copy_to(lse_, Device::cpu()); }
+
+void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats) {
+  const TensorRef lse = data.lse();
+  if (impl == Impl::kTiled)
+    forward(data.q(), data.k(), data.v(), data.out(), &lse, options);
+  else
+    eager(data.q(), data.k(), data.v(), data.out(), &lse, options, stats);
+}
+
+double time_call(const AttentionData& data, const std::function<void()>& fn) {
+  if (data.device().kind != DeviceKind::kCPU) return gpu::time_ms(data.device().index, fn);
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Timing::median() const {
+  if (ms.empty()) return NAN;
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+double Timing::min() const { return ms.empty() ? NAN : *std::min_element(ms.begin(), ms.end()); }
+
+Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) run_impl(impl, data, options);
+  Timing timing;
+  for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(data, [&] { run_impl(impl, data, options); }));
+  return timing;
+}
+
+std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device) {
+  // Linux overcommits: a too-large S and P would be allocated fine and then killed while being
+  // written, so the tool checks first and keeps a fifth of what is free as margin.
+  const int64_t need = eager_extra_bytes(shape, dtype);
+  const int64_t have = device.kind == DeviceKind::kCPU ? available_host_memory()
+                                                       : static_cast<int64_t>(gpu::free_bytes(device.index));
+  if (have <= 0 || static_cast<double>(need) <= 0.8 * static_cast<double>(have)) return std::nullopt;
+  return "eager needs " + format_bytes(need) + " for S and P, " + format_bytes(have) + " is free";
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "fp16") return DType::kFloat16;
+  if (name == "bf16") return DType::kBFloat16;
+  return DType::kFloat32;
+}
+
+}  // namespace tileattn::cli

@@ -1,0 +1,71 @@
+// problem.h: one attention problem's tensors (inputs on host and device, outputs) and its timed runs.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "buffer.h"
+#include "shape.h"
+#include "tileattn/tileattn.h"
+
+namespace tileattn::cli {
+
+enum class Impl { kTiled, kEager };
+const char* impl_name(Impl impl);  // "tiled", "eager"
+
+// Q [B, Lq, Hq, D], K and V [B, Lk, Hkv, D] filled with normal values, O [B, Lq, Hq, D] and LSE
+// [B, Hq, Lq] (fp32) on `device`; host copies of the inputs feed the fp64 oracle.
+class AttentionData {
+ public:
+  AttentionData(const Shape& shape, DType dtype, Device device, uint64_t seed);
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+
+  TensorRef q() const;
+  TensorRef k() const;
+  TensorRef v() const;
+  TensorRef out() const;
+  TensorRef lse() const;
+  TensorRef host_q() const;
+  TensorRef host_k() const;
+  TensorRef host_v() const;
+
+  void poison_outputs();       // O and LSE all NaN, so an element never written shows
+  Buffer out_on_host() const;  // copies of O and LSE on the host (the same buffers' data on CPU)
+  Buffer lse_on_host() const;
+
+ private:
+  Shape shape_;
+  DType dtype_;
+  Device device_;
+  Buffer host_q_, host_k_, host_v_;
+  Buffer dev_q_, dev_k_, dev_v_;  // empty when the device is the CPU
+  Buffer out_, lse_;
+};
+
+// Runs one implementation once into data's O and LSE (eager reports its S and P bytes).
+void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats = nullptr);
+
+// Wall time of one call in ms: steady_clock on the CPU, CUDA events on a GPU.
+double time_call(const AttentionData& data, const std::function<void()>& fn);
+
+struct Timing {
+  std::vector<double> ms;  // every timed repetition
+  double median() const;
+  double min() const;
+};
+
+// `warmup` untimed calls, then `reps` timed ones.
+Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps);
+
+// Why eager cannot run here (its S and P would not fit in the memory available now), or nothing.
+std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device);
+
+// "fp32" -> DType::kFloat32, for fp32, fp16, bf16.
+DType parse_dtype(const std::string& name);
+
+}  // namespace tileattn::cli
