@@ -83,7 +83,7 @@ int run_verify(const VerifyArgs& a) {
               static_cast<long long>(options.window_left), static_cast<long long>(options.window_right),
               a.softcap, a.scale > 0 ? format("%g", a.scale).c_str() : "1/sqrt(D)",
               static_cast<long long>(a.seed));
-  std::printf("device %s, kernel %s\n\n", describe_device(device, thread_count(a.threads)).c_str(),
+  std::printf("device %s; kernel %s\n\n", describe_device(device, thread_count(a.threads)).c_str(),
               kernel_name(support.kernel));
 
   const Oracle oracle = run_oracle(data, options, {RowRange{0, shape.seqlen_q}});

@@ -50,6 +50,15 @@ Traffic tiled_traffic(const Shape& s, DType dtype, bool causal, int64_t block_q,
   return t;
 }
 
+Traffic tiled_traffic_kv_once(const Shape& s, DType dtype) {
+  const int64_t e = elem_bytes(dtype);
+  const int64_t q = s.batch * s.heads_q * s.seqlen_q * s.head_dim * e;
+  Traffic t;
+  t.read = q + 2 * s.batch * s.heads_kv * s.seqlen_k * s.head_dim * e;
+  t.written = q + s.batch * s.heads_q * s.seqlen_q * kLseBytes;
+  return t;
+}
+
 int64_t eager_extra_bytes(const Shape& s, DType dtype) {
   return 2 * s.batch * s.heads_q * s.seqlen_q * s.seqlen_k * elem_bytes(dtype);
 }

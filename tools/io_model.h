@@ -27,6 +27,10 @@ Traffic eager_traffic(const Shape& shape, DType dtype);
 // and LSE once. No reuse across tiles through caches is counted.
 Traffic tiled_traffic(const Shape& shape, DType dtype, bool causal, int64_t block_q, int64_t block_k);
 
+// The floor under tiled: K and V of each kv head read once (they stay in cache across the query
+// tiles and query heads that share them), Q read once, O and LSE written once.
+Traffic tiled_traffic_kv_once(const Shape& shape, DType dtype);
+
 // Keys one query tile of rows [q0, q1) reads (a causal tile starts at key 0, so q0 does not matter) under the
 // model (whole key blocks, clipped to Lk).
 int64_t tiled_keys_for_tile(const Shape& shape, bool causal, int64_t q1, int64_t block_k);
