@@ -1,0 +1,73 @@
+// determinism_test.cc: forward() is bitwise reproducible across thread counts and repeated runs,
+// and the SIMD level in use is the one TILEATTN_CPU_ISA asks for.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "simd/simd.h"
+#include "test_util.h"
+
+namespace tileattn::test {
+namespace {
+
+class Determinism : public testing::TestWithParam<Problem> {};
+
+TEST_P(Determinism, BitwiseAcrossThreadCountsAndRuns) {
+  const Problem& p = GetParam();
+  Case c(p, rng_for(p.name())());
+  Options one = p.options;
+  one.num_threads = 1;
+  const Result first = run_forward(c, one);
+  expect_written(first, "1 thread");
+  for (int threads : {1, 2, 3, 7, 0}) {
+    Options o = p.options;
+    o.num_threads = threads;
+    for (int run = 0; run < 2; ++run)
+      EXPECT_TRUE(same_bits(first, run_forward(c, o))) << threads << " threads, run " << run;
+  }
+}
+
+std::vector<Problem> determinism_problems() {
+  std::vector<Problem> out;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    Problem p;
+    p.dtype = dtype;
+    p.batch = 2;
+    p.seqlen_q = 200;  // 4 query tiles, the last partial
+    p.seqlen_k = 300;
+    p.heads_q = 4;
+    p.heads_kv = 2;
+    p.head_dim = 72;
+    out.push_back(p);
+    p.options.causal = true;
+    out.push_back(p);
+    p.options.causal = false;
+    p.options.window_left = 40;
+    p.options.window_right = 9;
+    p.options.softcap = 3.0f;
+    p.out_layout = Layout::kStrided;
+    out.push_back(p);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Forward, Determinism, testing::ValuesIn(determinism_problems()),
+                         [](const testing::TestParamInfo<Problem>& info) { return info.param.name(); });
+
+TEST(IsaLevel, HonorsEnvironmentCap) {
+  const char* cap = std::getenv("TILEATTN_CPU_ISA");
+  const std::string isa = cpu_isa();
+  RecordProperty("cpu_isa", isa);
+  EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "generic") << isa;
+  if (cap && detail::simd_for(cap) != nullptr) {
+    EXPECT_EQ(isa, cap);
+  } else if (!cap) {
+    // Uncapped: the best level this CPU runs.
+    const char* best = detail::simd_for("avx512") ? "avx512" : detail::simd_for("avx2") ? "avx2" : "generic";
+    EXPECT_EQ(isa, best);
+  }
+}
+
+}  // namespace
+}  // namespace tileattn::test

@@ -1,0 +1,164 @@
+// mask_test.cc: the masking policies (NoMask, CausalMask, WindowMask): per-row [lo, hi) and the
+// block helpers agree with a brute-force reading of DESIGN.md section 1.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/mask.h"
+#include "test_util.h"
+
+namespace tileattn::test {
+namespace {
+
+using detail::CausalMask;
+using detail::NoMask;
+using detail::WindowMask;
+
+// Brute force: query i (aligned at key position i + Lk - Lq) sees key j.
+bool brute_sees(int64_t lq, int64_t lk, int64_t left, int64_t right, int64_t i, int64_t j) {
+  const int64_t pos = i + lk - lq;
+  return j >= 0 && j < lk && (left < 0 || j >= pos - left) && (right < 0 || j <= pos + right);
+}
+
+// Checks lo/hi row by row, monotonicity, tile_key_range and block_fully_visible for one mask.
+template <class Mask>
+void check_policy(const Mask& mask, int64_t lq, int64_t lk, int64_t left, int64_t right, const std::string& what) {
+  for (int64_t i = 0; i < lq; ++i) {
+    const int64_t lo = mask.lo(i), hi = mask.hi(i);
+    EXPECT_GE(lo, 0) << what << " row " << i;
+    EXPECT_LE(hi, lk) << what << " row " << i;
+    for (int64_t j = 0; j < lk; ++j)
+      ASSERT_EQ(j >= lo && j < hi, brute_sees(lq, lk, left, right, i, j))
+          << what << " row " << i << " key " << j << " (lo " << lo << ", hi " << hi << ")";
+    if (i > 0) {
+      EXPECT_LE(mask.lo(i - 1), lo) << what << ": lo must not decrease at row " << i;
+      EXPECT_LE(mask.hi(i - 1), hi) << what << ": hi must not decrease at row " << i;
+    }
+  }
+  // Tiles on a grid of several sizes, plus every small range when the problem is small.
+  std::vector<std::pair<int64_t, int64_t>> grids = {{1, 1}, {3, 5}, {8, 8}, {64, 64}, {16, 7}};
+  for (auto [bq, bk] : grids)
+    for (int64_t q0 = 0; q0 < lq; q0 += bq)
+      for (int64_t k0 = 0; k0 < lk; k0 += bk) {
+        const int64_t q1 = std::min(lq, q0 + bq), k1 = std::min(lk, k0 + bk);
+        bool all = true;
+        for (int64_t i = q0; i < q1 && all; ++i)
+          for (int64_t j = k0; j < k1 && all; ++j) all = brute_sees(lq, lk, left, right, i, j);
+        ASSERT_EQ(detail::block_fully_visible(mask, q0, q1, k0, k1), all)
+            << what << " tile q[" << q0 << ", " << q1 << ") k[" << k0 << ", " << k1 << ")";
+      }
+  if (lq <= 12 && lk <= 12)
+    for (int64_t q0 = 0; q0 < lq; ++q0)
+      for (int64_t q1 = q0 + 1; q1 <= lq; ++q1)
+        for (int64_t k0 = 0; k0 < lk; ++k0)
+          for (int64_t k1 = k0 + 1; k1 <= lk; ++k1) {
+            bool all = true;
+            for (int64_t i = q0; i < q1; ++i)
+              for (int64_t j = k0; j < k1; ++j) all = all && brute_sees(lq, lk, left, right, i, j);
+            ASSERT_EQ(detail::block_fully_visible(mask, q0, q1, k0, k1), all)
+                << what << " range q[" << q0 << ", " << q1 << ") k[" << k0 << ", " << k1 << ")";
+          }
+  // The tile's key range covers every key any of its rows sees.
+  for (int64_t bq : {1, 4, 64})
+    for (int64_t q0 = 0; q0 < lq; q0 += bq) {
+      const int64_t q1 = std::min(lq, q0 + bq);
+      int64_t begin, end;
+      detail::tile_key_range(mask, q0, q1, &begin, &end);
+      for (int64_t i = q0; i < q1; ++i)
+        for (int64_t j = 0; j < lk; ++j)
+          if (brute_sees(lq, lk, left, right, i, j)) {
+            ASSERT_TRUE(j >= begin && j < end) << what << " tile q[" << q0 << ", " << q1 << ") misses key " << j;
+          }
+    }
+}
+
+const int64_t kLengths[] = {1, 2, 5, 9, 17, 64, 70};
+
+TEST(Mask, NoMaskSeesEverything) {
+  for (int64_t lq : kLengths)
+    for (int64_t lk : kLengths) check_policy(NoMask{lk}, lq, lk, -1, -1, "none");
+}
+
+TEST(Mask, CausalMatchesBruteForce) {
+  for (int64_t lq : kLengths)
+    for (int64_t lk : kLengths)
+      check_policy(CausalMask{lk, lk - lq}, lq, lk, -1, 0,
+                   "causal Lq=" + std::to_string(lq) + " Lk=" + std::to_string(lk));
+}
+
+TEST(Mask, WindowMatchesBruteForce) {
+  const int64_t sides[] = {-1, 0, 1, 3, 16, 100};
+  for (int64_t lq : kLengths)
+    for (int64_t lk : kLengths)
+      for (int64_t left : sides)
+        for (int64_t right : sides)
+          check_policy(WindowMask{lk, lk - lq, left, right}, lq, lk, left, right,
+                       "window(" + std::to_string(left) + ", " + std::to_string(right) + ") Lq=" +
+                           std::to_string(lq) + " Lk=" + std::to_string(lk));
+}
+
+TEST(Mask, CausalShortQueryIsBottomRightAligned) {
+  // Lq = 3, Lk = 5: row 0 sits at key 2.
+  const CausalMask m{5, 2};
+  EXPECT_EQ(m.lo(0), 0);
+  EXPECT_EQ(m.hi(0), 3);
+  EXPECT_EQ(m.hi(1), 4);
+  EXPECT_EQ(m.hi(2), 5);
+}
+
+TEST(Mask, CausalLongQueryHasEmptyRows) {
+  // Lq = 5, Lk = 3: rows 0 and 1 see nothing, row 2 sees key 0.
+  const CausalMask m{3, -2};
+  EXPECT_EQ(m.hi(0), 0);
+  EXPECT_EQ(m.hi(1), 0);
+  EXPECT_EQ(m.hi(2), 1);
+  EXPECT_EQ(m.hi(4), 3);
+  EXPECT_GE(m.lo(0), m.hi(0));
+}
+
+TEST(Mask, WindowLeftAndRight) {
+  // Lq = Lk = 10, window (2, 1): row 5 sees keys 3..6.
+  const WindowMask w{10, 0, 2, 1};
+  EXPECT_EQ(w.lo(5), 3);
+  EXPECT_EQ(w.hi(5), 7);
+  EXPECT_EQ(w.lo(0), 0);  // clamped at the start
+  EXPECT_EQ(w.hi(0), 2);
+  EXPECT_EQ(w.lo(9), 7);
+  EXPECT_EQ(w.hi(9), 10);  // clamped at the end
+  // Left only and right only.
+  const WindowMask left_only{10, 0, 3, -1}, right_only{10, 0, -1, 2};
+  EXPECT_EQ(left_only.lo(6), 3);
+  EXPECT_EQ(left_only.hi(6), 10);
+  EXPECT_EQ(right_only.lo(6), 0);
+  EXPECT_EQ(right_only.hi(6), 9);
+}
+
+TEST(Mask, WindowWithLongQueryHasEmptyRows) {
+  // Lq = 8, Lk = 4, window (1, 0): row i sits at key i - 4; rows 0..3 see nothing.
+  const WindowMask w{4, -4, 1, 0};
+  for (int64_t i = 0; i < 4; ++i) EXPECT_LE(w.hi(i), w.lo(i)) << "row " << i;
+  EXPECT_EQ(w.lo(4), 0);
+  EXPECT_EQ(w.hi(4), 1);
+  EXPECT_EQ(w.lo(7), 2);
+  EXPECT_EQ(w.hi(7), 4);
+}
+
+TEST(Mask, CausalEqualsWindowWithRightZero) {
+  for (int64_t lq : kLengths)
+    for (int64_t lk : kLengths) {
+      const CausalMask c{lk, lk - lq};
+      const WindowMask w{lk, lk - lq, -1, 0};
+      for (int64_t i = 0; i < lq; ++i) {
+        // lo/hi may differ only on empty rows, where any lo >= hi means the same thing.
+        if (w.lo(i) >= w.hi(i)) {
+          EXPECT_GE(c.lo(i), c.hi(i));
+        } else {
+          EXPECT_EQ(c.lo(i), w.lo(i));
+          EXPECT_EQ(c.hi(i), w.hi(i));
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace tileattn::test

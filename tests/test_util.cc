@@ -1,0 +1,442 @@
+// test_util.cc: the shared test helpers declared in test_util.h.
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace tileattn::test {
+namespace {
+
+// Bit patterns: the poison is a quiet NaN with a payload no computation produces, so "still
+// poisoned" is told apart from "written with NaN"; the sentinel is an ordinary finite number.
+uint64_t poison_bits(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 0x7fe5a5a5u;
+    case DType::kFloat16: return 0x7e5au;
+    case DType::kBFloat16: return 0x7fe5u;
+    case DType::kFloat64: return 0x7ffca5a5a5a5a5a5ull;
+  }
+  return 0;
+}
+
+uint64_t sentinel_bits(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 0x4b1d1d1du;
+    case DType::kFloat16: return 0x5a5au;
+    case DType::kBFloat16: return 0x4b1du;
+    case DType::kFloat64: return 0x40c3881d1d1d1d1dull;
+  }
+  return 0;
+}
+
+uint16_t float_to_bf16_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+std::string number_name(double x) {
+  std::ostringstream os;
+  os << x;
+  std::string s = os.str();
+  for (char& ch : s) {
+    if (ch == '.') ch = 'p';
+    if (ch == '-') ch = 'm';
+    if (ch == '+') ch = 'P';
+  }
+  return s;
+}
+
+std::string window_name(int64_t x) { return x < 0 ? "inf" : std::to_string(x); }
+
+}  // namespace
+
+double read_element(const std::byte* p, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kFloat64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DType::kFloat16: {
+      _Float16 h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(h);
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+  }
+  return 0.0;
+}
+
+void write_element(std::byte* p, DType dtype, double x) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float f = static_cast<float>(x);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    case DType::kFloat64: std::memcpy(p, &x, 8); break;
+    case DType::kFloat16: {
+      const _Float16 h = static_cast<_Float16>(x);  // one rounding, straight from double
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      // Test inputs are rounded to fp32 first; that double rounding is harmless for inputs.
+      const uint16_t h = float_to_bf16_bits(static_cast<float>(x));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+  }
+}
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::kContiguous: return "blhd";
+    case Layout::kBHLD: return "bhld";
+    case Layout::kStrided: return "strided";
+    case Layout::kPadded: return "padded";
+  }
+  return "?";
+}
+
+const char* lse_layout_name(LseLayout layout) {
+  switch (layout) {
+    case LseLayout::kContiguous: return "bhl";
+    case LseLayout::kPadded: return "padded";
+    case LseLayout::kBLH: return "blh";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// HostTensor
+
+HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape, std::vector<int64_t> stride, int64_t guard)
+    : dtype_(dtype), shape_(std::move(shape)), stride_(std::move(stride)) {
+  int64_t last = 0;
+  const bool empty = numel() == 0;
+  if (!empty)
+    for (size_t d = 0; d < shape_.size(); ++d) last += (shape_[d] - 1) * stride_[d];
+  base_ = guard;
+  const int64_t elements = guard + (empty ? 0 : last + 1) + guard;
+  bytes_.assign(static_cast<size_t>(elements) * dtype_size(dtype_), std::byte{0});
+  in_view_.assign(elements, 0);
+  for_each([&](const Index& idx) { in_view_[position(idx)] = 1; });
+}
+
+HostTensor HostTensor::contiguous(DType dtype, std::vector<int64_t> shape, int64_t guard) {
+  std::vector<int64_t> stride(shape.size());
+  int64_t s = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    stride[d] = s;
+    s *= shape[d];
+  }
+  return HostTensor(dtype, std::move(shape), std::move(stride), guard);
+}
+
+HostTensor HostTensor::blhd(DType dtype, int64_t B, int64_t L, int64_t H, int64_t D, Layout layout) {
+  switch (layout) {
+    case Layout::kContiguous: return contiguous(dtype, {B, L, H, D});
+    case Layout::kBHLD: {
+      // Storage is [B, H, L, D]; the argument is its permuted view, exactly as a caller builds it.
+      const TensorRef view = TensorRef::contiguous(nullptr, dtype, {B, H, L, D}).permuted({0, 2, 1, 3});
+      return HostTensor(dtype, {B, L, H, D}, {view.stride[0], view.stride[1], view.stride[2], view.stride[3]});
+    }
+    case Layout::kStrided: {
+      const int64_t sd = 2, sh = 2 * D + 1, sl = H * sh + 3, sb = L * sl + 5;
+      return HostTensor(dtype, {B, L, H, D}, {sb, sl, sh, sd});
+    }
+    case Layout::kPadded: {
+      const int64_t sd = 1, sh = D + 3, sl = H * sh + 2, sb = L * sl + 7;
+      return HostTensor(dtype, {B, L, H, D}, {sb, sl, sh, sd});
+    }
+  }
+  return {};
+}
+
+HostTensor HostTensor::bhl(DType dtype, int64_t B, int64_t H, int64_t L, LseLayout layout) {
+  switch (layout) {
+    case LseLayout::kContiguous: return contiguous(dtype, {B, H, L});
+    case LseLayout::kPadded: {
+      const int64_t sl = 1, sh = L + 3, sb = H * sh + 1;
+      return HostTensor(dtype, {B, H, L}, {sb, sh, sl});
+    }
+    case LseLayout::kBLH: {
+      const TensorRef view = TensorRef::contiguous(nullptr, dtype, {B, L, H}).permuted({0, 2, 1});
+      return HostTensor(dtype, {B, H, L}, {view.stride[0], view.stride[1], view.stride[2]});
+    }
+  }
+  return {};
+}
+
+TensorRef HostTensor::ref() const {
+  TensorRef t;
+  t.data = const_cast<std::byte*>(bytes_.data()) + base_ * static_cast<int64_t>(dtype_size(dtype_));
+  t.dtype = dtype_;
+  t.device = Device::cpu();
+  t.rank = rank();
+  for (int d = 0; d < rank(); ++d) {
+    t.shape[d] = shape_[d];
+    t.stride[d] = stride_[d];
+  }
+  return t;
+}
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+int64_t HostTensor::position(const Index& idx) const {
+  int64_t pos = base_;
+  for (int d = 0; d < rank(); ++d) pos += idx[d] * stride_[d];
+  return pos;
+}
+
+double HostTensor::get(const Index& idx) const {
+  return read_element(bytes_.data() + position(idx) * dtype_size(dtype_), dtype_);
+}
+
+void HostTensor::set(const Index& idx, double x) {
+  write_element(bytes_.data() + position(idx) * dtype_size(dtype_), dtype_, x);
+}
+
+uint64_t HostTensor::bits_at(int64_t pos) const {
+  uint64_t bits = 0;
+  std::memcpy(&bits, bytes_.data() + pos * dtype_size(dtype_), dtype_size(dtype_));  // little endian
+  return bits;
+}
+
+void HostTensor::for_each(const std::function<void(const Index&)>& f) const {
+  if (numel() == 0) return;
+  Index n{1, 1, 1, 1};
+  for (int d = 0; d < rank(); ++d) n[d] = shape_[d];
+  Index idx{};
+  for (idx[0] = 0; idx[0] < n[0]; ++idx[0])
+    for (idx[1] = 0; idx[1] < n[1]; ++idx[1])
+      for (idx[2] = 0; idx[2] < n[2]; ++idx[2])
+        for (idx[3] = 0; idx[3] < n[3]; ++idx[3]) f(idx);
+}
+
+void HostTensor::fill_normal(std::mt19937_64& rng, double stddev) {
+  std::normal_distribution<double> normal(0.0, stddev);
+  const size_t esize = dtype_size(dtype_);
+  for (size_t pos = 0; pos < in_view_.size(); ++pos)
+    if (!in_view_[pos]) write_element(bytes_.data() + pos * esize, dtype_, std::numeric_limits<double>::quiet_NaN());
+  for_each([&](const Index& idx) {
+    do set(idx, normal(rng));
+    while (get(idx) == 0.0);  // never zero, even after rounding to the dtype
+  });
+}
+
+void HostTensor::poison() {
+  const size_t esize = dtype_size(dtype_);
+  const uint64_t poison = poison_bits(dtype_), sentinel = sentinel_bits(dtype_);
+  for (size_t pos = 0; pos < in_view_.size(); ++pos)
+    std::memcpy(bytes_.data() + pos * esize, in_view_[pos] ? &poison : &sentinel, esize);
+}
+
+int64_t HostTensor::count_unwritten() const {
+  int64_t n = 0;
+  const uint64_t poison = poison_bits(dtype_);
+  for (size_t pos = 0; pos < in_view_.size(); ++pos) n += in_view_[pos] && bits_at(pos) == poison;
+  return n;
+}
+
+int64_t HostTensor::count_gaps_changed() const {
+  int64_t n = 0;
+  const uint64_t sentinel = sentinel_bits(dtype_);
+  for (size_t pos = 0; pos < in_view_.size(); ++pos) n += !in_view_[pos] && bits_at(pos) != sentinel;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Problem
+
+std::string Problem::name() const {
+  std::ostringstream os;
+  os << dtype_name(dtype) << "_B" << batch << "_Lq" << seqlen_q << "_Lk" << seqlen_k << "_H" << heads_q << "x"
+     << heads_kv << "_D" << head_dim;
+  const Options& o = options;
+  if (o.causal) os << "_causal";
+  if (o.window_left >= 0 || o.window_right >= 0)
+    os << "_winL" << window_name(o.window_left) << "R" << window_name(o.window_right);
+  if (o.softcap > 0) os << "_cap" << number_name(o.softcap);
+  if (o.scale) os << "_scale" << number_name(*o.scale);
+  if (o.rescale == Rescale::kAlways) os << "_always";
+  if (q_layout != Layout::kContiguous) os << "_q" << layout_name(q_layout);
+  if (kv_layout != Layout::kContiguous) os << "_kv" << layout_name(kv_layout);
+  if (out_layout != Layout::kContiguous) os << "_o" << layout_name(out_layout);
+  if (lse_layout != LseLayout::kContiguous) os << "_lse" << lse_layout_name(lse_layout);
+  if (input_stddev != 1.0) os << "_sd" << number_name(input_stddev);
+  return os.str();
+}
+
+bool sees(const Problem& p, int64_t i, int64_t j) {
+  if (j < 0 || j >= p.seqlen_k) return false;
+  const int64_t pos = i + (p.seqlen_k - p.seqlen_q);  // bottom-right alignment
+  const int64_t left = p.options.window_left;
+  const int64_t right = p.options.causal ? 0 : p.options.window_right;
+  if (left >= 0 && j < pos - left) return false;
+  if (right >= 0 && j > pos + right) return false;
+  return true;
+}
+
+int64_t visible_keys(const Problem& p, int64_t i) {
+  int64_t n = 0;
+  for (int64_t j = 0; j < p.seqlen_k; ++j) n += sees(p, i, j);
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs
+
+Case::Case(const Problem& p, uint64_t seed) : problem(p) {
+  std::mt19937_64 rng(seed);
+  q = HostTensor::blhd(p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_layout);
+  k = HostTensor::blhd(p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.kv_layout);
+  v = HostTensor::blhd(p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.kv_layout);
+  q.fill_normal(rng, p.input_stddev);
+  k.fill_normal(rng, p.input_stddev);
+  v.fill_normal(rng, 1.0);
+  ref_out = HostTensor::contiguous(DType::kFloat64, {p.batch, p.seqlen_q, p.heads_q, p.head_dim});
+  ref_lse = HostTensor::contiguous(DType::kFloat64, {p.batch, p.heads_q, p.seqlen_q});
+}
+
+void Case::run_oracle() {
+  ref_out.poison();
+  ref_lse.poison();
+  const TensorRef lse = ref_lse.ref();
+  reference(q.ref(), k.ref(), v.ref(), ref_out.ref(), &lse, problem.options);
+}
+
+namespace {
+Result fresh_outputs(const Problem& p) {
+  Result r{HostTensor::blhd(p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.out_layout),
+           HostTensor::bhl(DType::kFloat32, p.batch, p.heads_q, p.seqlen_q, p.lse_layout)};
+  r.out.poison();
+  r.lse.poison();
+  return r;
+}
+}  // namespace
+
+Result run_forward(const Case& c) { return run_forward(c, c.problem.options); }
+
+Result run_forward(const Case& c, const Options& options) {
+  Result r = fresh_outputs(c.problem);
+  const TensorRef lse = r.lse.ref();
+  forward(c.q.ref(), c.k.ref(), c.v.ref(), r.out.ref(), &lse, options);
+  return r;
+}
+
+Result run_eager(const Case& c, EagerStats* stats) {
+  Result r = fresh_outputs(c.problem);
+  const TensorRef lse = r.lse.ref();
+  eager(c.q.ref(), c.k.ref(), c.v.ref(), r.out.ref(), &lse, c.problem.options, stats);
+  return r;
+}
+
+namespace {
+// Folds one (ours, truth) pair into the running error; non-finite truths must match exactly.
+void fold(double ours, double truth, double* err, Errors* e, const char* what, const Index& idx) {
+  bool ok;
+  if (std::isnan(truth)) {
+    ok = std::isnan(ours);
+  } else if (std::isinf(truth)) {
+    ok = ours == truth;
+  } else {
+    ok = std::isfinite(ours);
+    if (ok) *err = std::max(*err, std::abs(ours - truth));
+  }
+  if (!ok) {
+    if (e->mismatches == 0) {
+      std::ostringstream os;
+      os << what << "[" << idx[0] << ", " << idx[1] << ", " << idx[2];
+      if (what[0] == 'o') os << ", " << idx[3];
+      os << "] = " << ours << ", oracle " << truth;
+      e->first_mismatch = os.str();
+    }
+    ++e->mismatches;
+  }
+}
+}  // namespace
+
+Errors measure(const Result& r, const Case& c) {
+  Errors e;
+  c.ref_out.for_each([&](const Index& idx) { fold(r.out.get(idx), c.ref_out.get(idx), &e.out, &e, "out", idx); });
+  c.ref_lse.for_each([&](const Index& idx) { fold(r.lse.get(idx), c.ref_lse.get(idx), &e.lse, &e, "lse", idx); });
+  return e;
+}
+
+Atol atol_for(DType dtype) {
+  // O: a few roundings of a value near 1 in the output dtype (FA3's rule uses the dtype's own
+  // rounding error at 0.3 the same way). LSE is fp32 for every dtype, but for 16-bit inputs the
+  // reference eager path rounds S to the dtype, so its error sets the bar; atol covers rows
+  // where eager happens to be exact.
+  switch (dtype) {
+    case DType::kFloat32: return {2e-6, 2e-6};
+    case DType::kFloat16: return {std::ldexp(1.0, -11), 1e-5};
+    case DType::kBFloat16: return {std::ldexp(1.0, -8), 1e-5};
+    case DType::kFloat64: return {1e-12, 1e-12};
+  }
+  return {0, 0};
+}
+
+void expect_written(const Result& r, const char* what) {
+  EXPECT_EQ(r.out.count_unwritten(), 0) << what << ": out elements left unwritten";
+  EXPECT_EQ(r.out.count_gaps_changed(), 0) << what << ": out written outside its view";
+  EXPECT_EQ(r.lse.count_unwritten(), 0) << what << ": lse elements left unwritten";
+  EXPECT_EQ(r.lse.count_gaps_changed(), 0) << what << ": lse written outside its view";
+}
+
+void expect_empty_rows_exact(const Result& r, const Case& c) {
+  const Problem& p = c.problem;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < p.seqlen_q; ++i) {
+    if (visible_keys(p, i) != 0) continue;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        const double lse = r.lse.get({b, h, i, 0});
+        if (!(std::isinf(lse) && lse < 0)) {
+          if (bad++ < 3) ADD_FAILURE() << "empty row b=" << b << " h=" << h << " i=" << i << ": lse = " << lse;
+        }
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const double o = r.out.get({b, i, h, d});
+          if (o != 0.0 && bad++ < 3)
+            ADD_FAILURE() << "empty row b=" << b << " h=" << h << " i=" << i << ": out[" << d << "] = " << o;
+        }
+      }
+  }
+}
+
+bool same_bits(const Result& a, const Result& b) {
+  return a.out.bytes() == b.out.bytes() && a.lse.bytes() == b.lse.bytes();
+}
+
+std::mt19937_64 rng_for(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the same seed on every platform
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return std::mt19937_64(h);
+}
+
+}  // namespace tileattn::test
