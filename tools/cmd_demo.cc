@@ -22,9 +22,6 @@ namespace {
 // head: 64 rows keep the fp64 pass to a second or two at L = 2048 while touching both edge tiles.
 constexpr int64_t kSampleRanges = 8;
 constexpr int64_t kSampleRowsPerRange = 8;
-// The io model's tiles for a GPU run; the GPU kernels' own sizes are not fixed yet (docs/io_model.md).
-constexpr int64_t kGpuBlockQ = 128;
-constexpr int64_t kGpuBlockK = 128;
 
 struct DemoArgs {
   int64_t batch = 1, heads = 32, kv_heads = 0, seqlen = 2048, head_dim = 128;
@@ -72,7 +69,7 @@ PathResult run_path(Impl impl, AttentionData& data, const Options& options, cons
     if (impl == Impl::kEager)
       r.model_extra = stats.extra_bytes;
     else if (on_cpu)
-      r.model_extra = tiled_workspace_bytes(threads, kCpuBlockQ, kCpuBlockK, data.shape().head_dim);
+      r.model_extra = tiled_workspace_bytes(threads, cpu_tiles(data.shape(), threads), data.shape().head_dim);
     r.ran = true;
   } catch (const Error& e) {
     r.error = e.what();
@@ -123,9 +120,9 @@ int run_demo(const DemoArgs& a) {
   // Both rejected the same input: a usage error, reported as the library phrased it.
   if (tiled.bad_input && standard.bad_input) std::rethrow_exception(tiled.bad_input);
 
-  const int64_t block_q = on_cpu ? kCpuBlockQ : kGpuBlockQ, block_k = on_cpu ? kCpuBlockK : kGpuBlockK;
+  const Tiles tiles = on_cpu ? cpu_tiles(shape, threads) : gpu_tiles(shape);
   const Traffic eager_io = eager_traffic(shape, dtype);
-  const Traffic tiled_io = tiled_traffic(shape, dtype, a.causal, block_q, block_k);
+  const Traffic tiled_io = tiled_traffic(shape, dtype, a.causal, tiles);
   const Traffic tiled_floor = tiled_traffic_kv_once(shape, dtype);
 
   auto cell = [](const PathResult& r, const std::string& text) {
@@ -136,7 +133,8 @@ int run_demo(const DemoArgs& a) {
     return cell(r, bytes < 0 ? "n/a" : format_bytes(bytes));
   };
   auto gflops = [&](const PathResult& r) {
-    return format("%.1f GFLOP/s", flops / (r.timing.median() * 1e6));
+    const double gflops = flops / (r.timing.median() * 1e6);
+    return on_cpu ? format("%.1f GFLOP/s", gflops) : format("%.1f TFLOP/s", gflops * 1e-3);
   };
   auto both = [&](const PathResult& x) { return x.ran; };
 
@@ -173,8 +171,8 @@ int run_demo(const DemoArgs& a) {
   if (on_cpu)
     std::printf(
         "    tiled: the CPU kernel's scratch, threads x (Br*D + D*Bc + Bc*D + Br*Bc + Br*D) fp32,\n"
-        "    Br = Bc = %lld, %d threads (a formula, not a measurement).\n",
-        static_cast<long long>(kCpuBlockQ), threads);
+        "    Br = %lld, Bc = %lld (the kernel's tiles for this shape), %d threads (a formula).\n",
+        static_cast<long long>(tiles.block_q), static_cast<long long>(tiles.block_k), threads);
   else
     std::printf(
         "    tiled: n/a; the GPU kernel keeps its tiles on chip (no global-memory workspace modeled).\n");
@@ -196,7 +194,10 @@ int run_demo(const DemoArgs& a) {
   std::printf(
       "(d) bytes read + written by the io model with Br = %lld, Bc = %lld (tileattn io,\n"
       "    docs/io_model.md); no cache reuse counted.\n",
-      static_cast<long long>(block_q), static_cast<long long>(block_k));
+      static_cast<long long>(tiles.block_q), static_cast<long long>(tiles.block_k));
+  std::printf(
+      "(e) the same with each head's K and V read once (they stay in cache across its query tiles);\n"
+      "    S and P still count in full (eager writes each whole before reading it back).\n");
 
   int status = 0;
   for (const PathResult* r : {&standard, &tiled})

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+// The CPU kernel's tile choice, read from the library's own header (header-only, no other
+// dependency) so that the model cannot drift from the kernel it describes.
+#include "cpu/tile_config.h"
+
 namespace tileattn::cli {
 namespace {
 
@@ -11,6 +15,13 @@ constexpr int64_t kLseBytes = 4;  // LSE is fp32 whatever the working dtype
 int64_t elem_bytes(DType dtype) { return static_cast<int64_t>(dtype_size(dtype)); }
 
 }  // namespace
+
+Tiles cpu_tiles(const Shape& s, int threads) {
+  const auto t = detail::cpu::tile_config(s.head_dim, s.seqlen_q, s.batch * s.heads_q, threads);
+  return Tiles{t.block_q, t.block_k};
+}
+
+Tiles gpu_tiles(const Shape& s) { return Tiles{128, s.head_dim <= 64 ? 128 : 64}; }
 
 Traffic eager_traffic(const Shape& s, DType dtype) {
   const int64_t e = elem_bytes(dtype);
@@ -37,7 +48,8 @@ int64_t tiled_keys_for_tile(const Shape& s, bool causal, int64_t q1, int64_t blo
   return std::min(s.seqlen_k, blocks * block_k);
 }
 
-Traffic tiled_traffic(const Shape& s, DType dtype, bool causal, int64_t block_q, int64_t block_k) {
+Traffic tiled_traffic(const Shape& s, DType dtype, bool causal, Tiles tiles) {
+  const int64_t block_q = tiles.block_q, block_k = tiles.block_k;
   const int64_t e = elem_bytes(dtype);
   int64_t keys = 0;  // keys read by all query tiles of one (batch, head)
   for (int64_t q0 = 0; q0 < s.seqlen_q; q0 += block_q)
@@ -63,7 +75,8 @@ int64_t eager_extra_bytes(const Shape& s, DType dtype) {
   return 2 * s.batch * s.heads_q * s.seqlen_q * s.seqlen_k * elem_bytes(dtype);
 }
 
-int64_t tiled_workspace_bytes(int threads, int64_t block_q, int64_t block_k, int64_t head_dim) {
+int64_t tiled_workspace_bytes(int threads, Tiles tiles, int64_t head_dim) {
+  const int64_t block_q = tiles.block_q, block_k = tiles.block_k;
   const int64_t floats =
       block_q * head_dim + head_dim * block_k + block_k * head_dim + block_q * block_k + block_q * head_dim;
   return static_cast<int64_t>(threads) * floats * 4;

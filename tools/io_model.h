@@ -14,9 +14,16 @@ struct Traffic {
   int64_t total() const { return read + written; }
 };
 
-// The CPU kernel's tiles (src/cpu/tile_config.h); the GPU kernels choose their own.
-inline constexpr int64_t kCpuBlockQ = 64;
-inline constexpr int64_t kCpuBlockK = 64;
+struct Tiles {
+  int64_t block_q = 64;  // query rows per tile (Br)
+  int64_t block_k = 64;  // keys per tile (Bc)
+};
+
+// The CPU kernel's tiles for this problem on `threads` threads: the kernel's own tile_config (Br
+// shrinks from 256 towards 64 when big tiles would leave threads idle; Bc = 64).
+Tiles cpu_tiles(const Shape& shape, int threads);
+// The GPU kernel's tiles as the sm80 kernel sets them: Br = 128; Bc = 128 at D <= 64, else 64.
+Tiles gpu_tiles(const Shape& shape);
 
 // Eager: read Q and K, write S, read S and write P, read P and V, write O and LSE. Every query
 // head reads its kv head's K and V; the mask does not shrink S and P (they are materialized whole).
@@ -25,7 +32,7 @@ Traffic eager_traffic(const Shape& shape, DType dtype);
 // Tiled: read Q once; per query tile of block_q rows, read K and V for every key block the tile
 // visits (whole blocks of block_k keys: all of them, or up to the diagonal when causal); write O
 // and LSE once. No reuse across tiles through caches is counted.
-Traffic tiled_traffic(const Shape& shape, DType dtype, bool causal, int64_t block_q, int64_t block_k);
+Traffic tiled_traffic(const Shape& shape, DType dtype, bool causal, Tiles tiles);
 
 // The floor under tiled: K and V of each kv head read once (they stay in cache across the query
 // tiles and query heads that share them), Q read once, O and LSE written once.
@@ -40,6 +47,6 @@ int64_t eager_extra_bytes(const Shape& shape, DType dtype);
 
 // The CPU kernel's fp32 scratch per thread, Br x D (Q) + D x Bc (K^T) + Bc x D (V) + Br x Bc (S)
 // + Br x D (O), times the threads: what the tiled path needs beyond inputs and outputs.
-int64_t tiled_workspace_bytes(int threads, int64_t block_q, int64_t block_k, int64_t head_dim);
+int64_t tiled_workspace_bytes(int threads, Tiles tiles, int64_t head_dim);
 
 }  // namespace tileattn::cli
