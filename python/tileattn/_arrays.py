@@ -130,7 +130,8 @@ class Outputs:
                 )
             else:
                 t_dtype = getattr(torch, dtype)
-            return torch.empty(shape, dtype=t_dtype, device=torch.device("cuda", self.device[1]))
+            device = self.q.device if self.kind == "torch" else torch.device("cuda", self.device[1])
+            return torch.empty(shape, dtype=t_dtype, device=device)
         import cupy
 
         with cupy.cuda.Device(self.device[1]):

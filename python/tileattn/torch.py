@@ -60,16 +60,17 @@ def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap):
 
 # The backward is an op of its own that raises when it runs: raising in the autograd formula
 # itself would fail torch.compile's tracing of every graph whose inputs require grad, including
-# inference graphs that never call backward.
+# inference graphs that never call backward. It takes the output's gradient, so that a compiled
+# graph cannot schedule it in the forward pass.
 @torch.library.custom_op("tileattn::attention_backward_unavailable", mutates_args=())
 def _backward_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     raise NotImplementedError(NO_BACKWARD_MESSAGE)
 
 
 @_backward_op.register_fake
-def _backward_fake(q, k, v):
+def _backward_fake(grad_out, q, k, v):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -78,7 +79,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_out, grad_lse):
-    grad_q, grad_k, grad_v = _backward_op(*ctx.saved_tensors)
+    grad_q, grad_k, grad_v = _backward_op(grad_out, *ctx.saved_tensors)
     return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
