@@ -116,6 +116,8 @@ std::vector<BadCase> bad_cases() {
   // Rank.
   c.push_back({"q_rank3", [](Args& a) { a.rq.rank = 3; }, "q", "rank 3"});
   c.push_back({"q_rank0", [](Args& a) { a.rq.rank = 0; }, "q", "rank 0"});
+  c.push_back({"q_rank_negative", [](Args& a) { a.rq.rank = -1; }, "q", "rank -1"});
+  c.push_back({"q_rank_above_max", [](Args& a) { a.rq.rank = kMaxRank + 1; }, "q", "rank 5"});
   c.push_back({"k_rank2", [](Args& a) { a.rk.rank = 2; }, "k", "rank 2"});
   c.push_back({"v_rank3", [](Args& a) { a.rv.rank = 3; }, "v", "rank 3"});
   c.push_back({"out_rank1", [](Args& a) { a.rout.rank = 1; }, "out", "rank 1"});
@@ -204,6 +206,19 @@ std::vector<BadCase> bad_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forward, BadInput, testing::ValuesIn(bad_cases()), case_name);
+
+TEST(BadRank, AboveMaxRankIsReportedWithoutReadingPastTheShape) {
+  // TensorRef holds kMaxRank = 4 sizes; a message that lists a fifth read past the array.
+  Args a;
+  a.rq.rank = kMaxRank + 1;
+  try {
+    forward(a.rq, a.rk, a.rv, a.rout, &a.rlse);
+    ADD_FAILURE() << "forward() accepted rank 5";
+  } catch (const tileattn::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("[2, 5, 4, 8, "), std::string::npos) << "shape printed with 5 entries: " << what;
+  }
+}
 
 TEST(Supported, GoodInputRunsOnTheCpuKernel) {
   Args a;
