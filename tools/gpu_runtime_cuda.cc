@@ -32,10 +32,10 @@ bool compiled() { return true; }
 std::string device_description(int index) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
-  char text[256];
-  std::snprintf(text, sizeof text, "%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name, prop.major, prop.minor,
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, " (sm_%d%d, %d SMs, %.1f GiB)", prop.major, prop.minor,
                 prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1 << 30));
-  return text;
+  return std::string(prop.name) + numbers;
 }
 
 std::size_t free_bytes(int index) {
