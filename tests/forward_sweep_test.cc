@@ -207,6 +207,13 @@ std::vector<Problem> layout_problems() {
       p.options.causal = i % 2 == 0;
       out.push_back(p);
     }
+  // A prefill-like problem as frameworks hold it: [B, H, L, D] storage, GQA, causal, Lq < Lk.
+  for (DType dtype : kDtypes) {
+    Problem p = make({300, 1023, 128, 8, 2, 2}, dtype);
+    p.q_layout = p.kv_layout = p.out_layout = Layout::kBHLD;
+    p.options.causal = true;
+    out.push_back(p);
+  }
   // Lq > Lk with causal: empty rows written through a strided view too.
   for (DType dtype : kDtypes) {
     Problem p = make({130, 64, 16, 2, 1, 1}, dtype);
@@ -240,6 +247,34 @@ std::vector<Problem> head_dim_problems() {
 class HeadDims : public testing::TestWithParam<Problem> {};
 TEST_P(HeadDims, MatchesOracle) { check_against_oracle(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Forward, HeadDims, testing::ValuesIn(head_dim_problems()), param_name);
+
+// ---------------------------------------------------------------------------------------------
+// Query tile sizes: the kernel picks 256, 128 or 64 rows per tile (128 at most for D > 256)
+// from the problem and the thread count; each choice, with tiles cut short at the end.
+
+std::vector<Problem> tile_problems() {
+  const Shape shapes[] = {{257, 300, 64, 1, 1, 1}, {513, 513, 32, 2, 1, 1}, {300, 129, 320, 1, 1, 1}};
+  struct Mask {
+    bool causal;
+    int64_t left;
+  };
+  std::vector<Problem> out;
+  for (const Shape& s : shapes)
+    for (Mask m : {Mask{false, -1}, Mask{true, -1}, Mask{false, 40}})
+      for (int threads : {1, 3, 8})
+        for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+          Problem p = make(s, dtype);
+          p.options.causal = m.causal;
+          p.options.window_left = m.left;
+          p.options.num_threads = threads;
+          out.push_back(p);
+        }
+  return out;
+}
+
+class TileSizes : public testing::TestWithParam<Problem> {};
+TEST_P(TileSizes, MatchesOracle) { check_against_oracle(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Forward, TileSizes, testing::ValuesIn(tile_problems()), param_name);
 
 // ---------------------------------------------------------------------------------------------
 // A small subset that also runs once per lower SIMD level (see tests/CMakeLists.txt).

@@ -284,6 +284,7 @@ std::string Problem::name() const {
   if (o.softcap > 0) os << "_cap" << number_name(o.softcap);
   if (o.scale) os << "_scale" << number_name(*o.scale);
   if (o.rescale == Rescale::kAlways) os << "_always";
+  if (o.num_threads > 0) os << "_t" << o.num_threads;
   if (q_layout != Layout::kContiguous) os << "_q" << layout_name(q_layout);
   if (kv_layout != Layout::kContiguous) os << "_kv" << layout_name(kv_layout);
   if (out_layout != Layout::kContiguous) os << "_o" << layout_name(out_layout);
