@@ -24,7 +24,7 @@ struct BenchArgs {
   std::vector<std::string> impls = {"tiled", "eager"};
   int64_t batch = 1, heads = 8, kv_heads = 0;
   std::string dtype, device = "auto", out, commit;
-  int reps = 3, warmup = 1, threads = 0;
+  int reps = 0, warmup = -1, threads = 0;  // 0 and -1: per device (see add_bench)
   bool peak = false;
 };
 
@@ -47,6 +47,10 @@ int run_bench(const BenchArgs& a) {
   const Device device = resolve_device(a.device);
   const DType dtype = resolve_dtype(a.dtype, device);
   const int threads = thread_count(a.threads);
+  // A GPU call is short: more calls steady the median, and clocks need a few to ramp up.
+  const bool on_cpu = device.kind == DeviceKind::kCPU;
+  const int reps = a.reps > 0 ? a.reps : on_cpu ? 3 : 20;
+  const int warmup = a.warmup >= 0 ? a.warmup : on_cpu ? 1 : 3;
   std::vector<bool> causal_modes;
   if (a.causal != "on") causal_modes.push_back(false);
   if (a.causal != "off") causal_modes.push_back(true);
@@ -63,8 +67,7 @@ int run_bench(const BenchArgs& a) {
 
   std::printf("tileattn bench: B=%lld Hq=%lld Hkv=%lld %s; median of %d calls after %d warm-up\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.heads),
-              static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads), dtype_name(dtype), a.reps,
-              a.warmup);
+              static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads), dtype_name(dtype), reps, warmup);
   std::printf("device %s\n", describe_device(device, threads).c_str());
   if (peak)
     std::printf("FMA peak %.1f GFLOP/s (%s, %d threads; tileattn peak)\n", peak->gflops, peak->isa.c_str(),
@@ -110,7 +113,7 @@ int run_bench(const BenchArgs& a) {
             m.status = "skipped: " + *skip;
           } else {
             try {
-              m.timing = time_impl(impl, data, options, a.warmup, a.reps);
+              m.timing = time_impl(impl, data, options, warmup, reps);
               m.gflops = attention_flops(shape, causal) / (m.timing.median() * 1e6);
             } catch (const Error&) {
               throw;  // bad input: the same for every row, so stop with the library's message
@@ -158,8 +161,8 @@ int run_bench(const BenchArgs& a) {
                      {"heads_q", a.heads},
                      {"heads_kv", a.kv_heads > 0 ? a.kv_heads : a.heads},
                      {"dtype", dtype_name(dtype)},
-                     {"reps", a.reps},
-                     {"warmup", a.warmup},
+                     {"reps", reps},
+                     {"warmup", warmup},
                      {"flops", "4*B*Hq*Lq*Lk*D, halved when causal"}};
     doc["rows"] = nlohmann::json::array();
     for (const auto& m : all) {
@@ -212,12 +215,10 @@ Command add_bench(CLI::App& app) {
   add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16 (default: fp32 on the CPU, bf16 on a GPU)");
   add_device_flag(*sub, &args->device, true);
   add_threads_flag(*sub, &args->threads);
-  sub->add_option("--reps", args->reps, "timed calls per row (the median is shown)")
-      ->check(positive_int())
-      ->capture_default_str();
-  sub->add_option("--warmup", args->warmup, "untimed calls before timing")
-      ->check(non_negative_int())
-      ->capture_default_str();
+  sub->add_option("--reps", args->reps, "timed calls per row, the median is shown (default: 3 CPU, 20 GPU)")
+      ->check(positive_int());
+  sub->add_option("--warmup", args->warmup, "untimed calls before timing (default: 1 CPU, 3 GPU)")
+      ->check(non_negative_int());
   sub->add_flag("--peak", args->peak, "measure the FMA peak first and show % of it (CPU)");
   sub->add_option("--out", args->out, "write the results as JSON to this file");
   sub->add_option("--commit", args->commit, "git commit to record in the JSON (default: $TILEATTN_COMMIT)");

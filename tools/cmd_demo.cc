@@ -23,11 +23,18 @@ namespace {
 constexpr int64_t kSampleRanges = 8;
 constexpr int64_t kSampleRowsPerRange = 8;
 
+// Timed calls per path: a CPU call takes about a second here, a GPU call a fraction of a
+// millisecond, where 20 calls steady the median at no cost. The GPU also gets two more warm-up
+// calls (clocks ramp up, the first cuBLAS call sets up its handle).
+constexpr int kCpuReps = 3;
+constexpr int kGpuReps = 20;
+constexpr int kGpuExtraWarmup = 2;
+
 struct DemoArgs {
   int64_t batch = 1, heads = 32, kv_heads = 0, seqlen = 2048, head_dim = 128;
   std::string dtype, device = "auto";
   bool causal = false;
-  int reps = 3, threads = 0;
+  int reps = 0, threads = 0;  // reps 0: kCpuReps or kGpuReps
   int64_t seed = 0;
 };
 
@@ -65,7 +72,7 @@ PathResult run_path(Impl impl, AttentionData& data, const Options& options, cons
       gpu::synchronize(data.device().index);
     }
     r.errors = compare_to_oracle(oracle, data.shape(), data.out_on_host(), data.lse_on_host());
-    r.timing = time_impl(impl, data, options, 0, reps);
+    r.timing = time_impl(impl, data, options, on_cpu ? 0 : kGpuExtraWarmup, reps);
     if (impl == Impl::kEager)
       r.model_extra = stats.extra_bytes;
     else if (on_cpu)
@@ -92,6 +99,7 @@ int run_demo(const DemoArgs& a) {
   const DType dtype = resolve_dtype(a.dtype, device);
   const bool on_cpu = device.kind == DeviceKind::kCPU;
   const int threads = thread_count(a.threads);
+  const int reps = a.reps > 0 ? a.reps : on_cpu ? kCpuReps : kGpuReps;
   const Shape shape{a.batch, a.heads, a.kv_heads > 0 ? a.kv_heads : a.heads, a.seqlen, a.seqlen, a.head_dim};
   Options options;
   options.causal = a.causal;
@@ -103,8 +111,8 @@ int run_demo(const DemoArgs& a) {
               a.causal ? "causal" : "not causal");
   std::printf("device   %s\n", describe_device(device, threads).c_str());
   const double flops = attention_flops(shape, a.causal);
-  std::printf("work     %.1f GFLOP per call (4*B*H*L*L*D%s); median of %d timed calls after 1 warm-up\n\n",
-              flops * 1e-9, a.causal ? ", halved for causal" : "", a.reps);
+  std::printf("work     %.1f GFLOP per call (4*B*H*L*L*D%s); median of %d timed calls after %d warm-up\n\n",
+              flops * 1e-9, a.causal ? ", halved for causal" : "", reps, on_cpu ? 1 : 1 + kGpuExtraWarmup);
   std::fflush(stdout);
 
   AttentionData data(shape, dtype, device, static_cast<uint64_t>(a.seed));
@@ -115,8 +123,8 @@ int run_demo(const DemoArgs& a) {
 
   // Tiled first: eager's gigabyte of S and P goes back to the OS when freed, but the small
   // blocks its threads allocate could hide the tiled path's own scratch from the RSS probe.
-  const PathResult tiled = run_path(Impl::kTiled, data, options, oracle, a.reps, threads);
-  const PathResult standard = run_path(Impl::kEager, data, options, oracle, a.reps, threads);
+  const PathResult tiled = run_path(Impl::kTiled, data, options, oracle, reps, threads);
+  const PathResult standard = run_path(Impl::kEager, data, options, oracle, reps, threads);
   // Both rejected the same input: a usage error, reported as the library phrased it.
   if (tiled.bad_input && standard.bad_input) std::rethrow_exception(tiled.bad_input);
 
@@ -139,7 +147,7 @@ int run_demo(const DemoArgs& a) {
   auto both = [&](const PathResult& x) { return x.ran; };
 
   Table table({"<", "standard (eager)", "tiled", "tiled vs standard"});
-  table.add_row({format("time, median of %d", a.reps), cell(standard, format_ms(standard.timing.median())),
+  table.add_row({format("time, median of %d", reps), cell(standard, format_ms(standard.timing.median())),
                  cell(tiled, format_ms(tiled.timing.median())),
                  both(standard) && both(tiled)
                      ? ratio_text(standard.timing.median(), tiled.timing.median(), "faster", "slower")
@@ -232,9 +240,9 @@ Command add_demo(CLI::App& app) {
       ->capture_default_str();
   add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16 (default: fp32 on the CPU, bf16 on a GPU)");
   sub->add_flag("--causal", args->causal, "causal mask");
-  sub->add_option("--reps", args->reps, "timed calls per path (the median is shown)")
-      ->check(positive_int())
-      ->capture_default_str();
+  sub->add_option("--reps", args->reps,
+                  "timed calls per path, the median is shown (default: 3 on the CPU, 20 on a GPU)")
+      ->check(positive_int());
   add_threads_flag(*sub, &args->threads);
   add_device_flag(*sub, &args->device, true);
   sub->add_option("--seed", args->seed, "seed of the random inputs")
