@@ -38,14 +38,19 @@ TensorRef TensorRef::strided(void* data, DType dtype, std::initializer_list<int6
   return t;
 }
 
+namespace {
+// A rank set by hand may be anything; never index shape past its storage.
+int valid_rank(int rank) { return rank < 0 ? 0 : rank > kMaxRank ? kMaxRank : rank; }
+}  // namespace
+
 int64_t TensorRef::numel() const {
   int64_t n = 1;
-  for (int d = 0; d < rank; ++d) n *= shape[d];
+  for (int d = 0; d < valid_rank(rank); ++d) n *= shape[d];
   return n;
 }
 
 TensorRef TensorRef::permuted(std::initializer_list<int> perm) const {
-  if (static_cast<int>(perm.size()) != rank)
+  if (static_cast<int>(perm.size()) != rank || rank != valid_rank(rank))
     throw Error("perm", "has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
   TensorRef t = *this;
   int i = 0;
@@ -86,7 +91,8 @@ std::string device_name(const Device& device) {
 std::string shape_string(const TensorRef& t) {
   std::ostringstream os;
   os << '[';
-  for (int d = 0; d < t.rank; ++d) os << (d ? ", " : "") << t.shape[d];
+  for (int d = 0; d < valid_rank(t.rank); ++d) os << (d ? ", " : "") << t.shape[d];
+  if (t.rank != valid_rank(t.rank)) os << (t.rank > 0 ? ", ..." : "");
   os << ']';
   return os.str();
 }
