@@ -89,7 +89,12 @@ def test_cpu_strided_views_and_flash_attn_func():
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # [B, H, L, D] storage
     views = [x.transpose(1, 2) for x in (qt, kt, vt)]
     assert not views[0].is_contiguous()
-    torch.testing.assert_close(tileattn.attention(*views, causal=True), tileattn.attention(q, k, v, causal=True), rtol=0, atol=0)
+    torch.testing.assert_close(
+        tileattn.attention(*views, causal=True),
+        tileattn.attention(q, k, v, causal=True),
+        rtol=0,
+        atol=0,
+    )
     torch.testing.assert_close(
         tileattn.flash_attn_func(q, k, v, causal=True, softmax_scale=0.125),
         tileattn.attention(q, k, v, causal=True, scale=0.125),
@@ -129,7 +134,8 @@ def test_requires_grad_runs_forward_and_backward_raises():
 
 
 def opcheck_cases(device):
-    dtypes = [torch.float32, torch.bfloat16]
+    # The CUDA kernels take 16-bit inputs; the CPU ones float32 too.
+    dtypes = [torch.float32, torch.bfloat16] if device == "cpu" else [torch.float16, torch.bfloat16]
     for dtype in dtypes:
         q, k, v = make_qkv(2, 17, 33, 4, 2, 32, dtype, device)
         yield (q, k, v, False, None, -1, -1, 0.0)
@@ -156,7 +162,14 @@ class AttentionBlock(torch.nn.Module):
     def forward(self, x):
         batch, seqlen, _ = x.shape
         h = self.qkv(self.norm(x))
-        q, k, v = h.split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+        q, k, v = h.split(
+            [
+                self.heads * self.head_dim,
+                self.kv_heads * self.head_dim,
+                self.kv_heads * self.head_dim,
+            ],
+            dim=-1,
+        )
         q = q.view(batch, seqlen, self.heads, self.head_dim)
         k = k.view(batch, seqlen, self.kv_heads, self.head_dim)
         v = v.view(batch, seqlen, self.kv_heads, self.head_dim)
@@ -202,8 +215,12 @@ def sdpa(q, k, v, causal):
         i = torch.arange(seqlen_q, device=q.device)[:, None]
         j = torch.arange(seqlen_k, device=q.device)[None, :]
         mask = j <= i + seqlen_k - seqlen_q
-        return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
-    return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(
+            qt, kt, vt, attn_mask=mask
+        ).transpose(1, 2)
+    return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(
+        1, 2
+    )
 
 
 @needs_cuda
@@ -244,14 +261,23 @@ def test_cuda_sdpa_enable_gqa():
     ).transpose(1, 2)
     out = tileattn.flash_attn_func(q, k, v, causal=True)
     ref, _ = reference(q, k, v, causal=True)
-    assert (out.double() - ref).abs().max() <= 2 * (peer.double() - ref).abs().max() + rounding_atol(ref, torch.bfloat16)
+    assert (out.double() - ref).abs().max() <= 2 * (
+        peer.double() - ref
+    ).abs().max() + rounding_atol(ref, torch.bfloat16)
 
 
 @needs_cuda
 def test_cuda_strided_views():
     q, k, v = make_qkv(2, 200, 200, 8, 4, 64, torch.bfloat16, "cuda")
-    views = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v)]  # [B, H, L, D] storage
-    torch.testing.assert_close(tileattn.attention(*views, causal=True), tileattn.attention(q, k, v, causal=True), rtol=0, atol=0)
+    views = [
+        x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v)
+    ]  # [B, H, L, D] storage
+    torch.testing.assert_close(
+        tileattn.attention(*views, causal=True),
+        tileattn.attention(q, k, v, causal=True),
+        rtol=0,
+        atol=0,
+    )
 
 
 @needs_cuda
@@ -273,6 +299,19 @@ def test_cuda_runs_on_the_current_stream():
 
 
 @needs_cuda
+def test_cuda_float32_runs_or_is_a_type_error():
+    q, k, v = make_qkv(1, 40, 40, 2, 2, 64, torch.float32, "cuda")
+    try:
+        out = tileattn.attention(q, k, v)
+    except TypeError as error:  # the CUDA kernels may take 16-bit inputs only
+        assert str(error).startswith("q: dtype fp32") and error.argument == "q"
+    else:
+        torch.testing.assert_close(
+            out.cpu(), tileattn.attention(q.cpu(), k.cpu(), v.cpu()), rtol=1e-3, atol=1e-3
+        )
+
+
+@needs_cuda
 def test_cuda_device_mismatch_is_a_value_error():
     q, k, v = make_qkv(1, 8, 8, 2, 2, 64, torch.float16, "cuda")
     with pytest.raises(ValueError, match=r"^k: is on cpu but q is on cuda:0"):
@@ -286,7 +325,7 @@ def test_opcheck_cuda(case):
 
 
 @needs_cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_compile_cuda(dtype):
     torch._dynamo.reset()
     check_compiled_block("cuda", dtype, backend="inductor")
