@@ -2,8 +2,8 @@
 // and the SIMD level in use is the one TILEATTN_CPU_ISA asks for.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -27,8 +27,8 @@ std::string describe_diff(const Result& a, const Result& b) {
     if (std::memcmp(&x, &y, sizeof x) != 0) ++n_lse, max_lse = std::max(max_lse, std::abs(x - y));
   });
   std::ostringstream os;
-  os << n_out << " of " << a.out.numel() << " O elements differ (max |diff| " << max_out << "), " << n_lse << " of "
-     << a.lse.numel() << " LSE elements (max |diff| " << max_lse << ")";
+  os << n_out << " of " << a.out.numel() << " O elements differ (max |diff| " << max_out << "), " << n_lse
+     << " of " << a.lse.numel() << " LSE elements (max |diff| " << max_lse << ")";
   return os.str();
 }
 
@@ -46,7 +46,8 @@ TEST_P(Determinism, BitwiseAcrossThreadCountsAndRuns) {
     o.num_threads = threads;
     for (int run = 0; run < 2; ++run) {
       const Result again = run_forward(c, o);
-      EXPECT_TRUE(same_bits(first, again)) << threads << " threads, run " << run << ": " << describe_diff(first, again);
+      EXPECT_TRUE(same_bits(first, again))
+          << threads << " threads, run " << run << ": " << describe_diff(first, again);
     }
   }
 }

@@ -32,7 +32,7 @@ TEST_P(EagerBaseline, ErrorIsWhatItsDtypePredicts) {
   // Logits ~ N(0, 1) (|S| < 6 here): rounding S and P to the dtype costs at most ~6 units of the
   // dtype's epsilon in the LSE and a few in O. fp32 keeps fp32 accuracy.
   const DType dtype = GetParam();
-  const double eps = dtype == DType::kFloat32 ? std::ldexp(1.0, -24)
+  const double eps = dtype == DType::kFloat32   ? std::ldexp(1.0, -24)
                      : dtype == DType::kFloat16 ? std::ldexp(1.0, -11)
                                                 : std::ldexp(1.0, -8);
   for (bool causal : {false, true}) {
@@ -81,7 +81,9 @@ TEST_P(EagerBaseline, WithoutLseAndWithNoQueries) {
 
 INSTANTIATE_TEST_SUITE_P(Eager, EagerBaseline,
                          testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
-                         [](const testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tileattn::test

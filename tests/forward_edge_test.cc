@@ -73,7 +73,9 @@ TEST(NaN, InQueryRowStaysInThatRow) {
   const Result r = run_forward(c);
   EXPECT_TRUE(out_row_all_nan(r.out, 0, 70, 1));
   for (int64_t h = 0; h < 2; ++h)
-    EXPECT_EQ(failing_rows(150, [&](int64_t i) { return (i == 70 && h == 1) || !out_row_any_nan(r.out, 0, i, h); }), "")
+    EXPECT_EQ(
+        failing_rows(150, [&](int64_t i) { return (i == 70 && h == 1) || !out_row_any_nan(r.out, 0, i, h); }),
+        "")
         << "head " << h << ": rows with NaN in O that should have none";
 }
 
@@ -86,7 +88,11 @@ TEST(NaN, InVisibleKeyReachesRowsThatSeeIt) {
   for (int64_t h = 0; h < 2; ++h) {
     EXPECT_EQ(failing_rows(150, [&](int64_t i) { return out_row_all_nan(r.out, 0, i, h) == (i >= 100); }), "")
         << "head " << h << ": rows whose O is wrongly NaN or not NaN (rows 100.. see the NaN key)";
-    EXPECT_EQ(failing_rows(150, [&](int64_t i) { return std::isnan(r.lse.get({0, h, i})) == (i >= 100); }), "")
+    EXPECT_EQ(failing_rows(150,
+                           [&](int64_t i) {
+                             return std::isnan(r.lse.get({0, h, i})) == (i >= 100);
+                           }),
+              "")
         << "head " << h << ": rows whose LSE is wrongly NaN or not NaN";
   }
 }
@@ -100,7 +106,11 @@ TEST(NaN, InVisibleValueReachesRowsThatSeeIt) {
   for (int64_t h = 0; h < 2; ++h) {
     EXPECT_EQ(failing_rows(150, [&](int64_t i) { return out_row_any_nan(r.out, 0, i, h) == (i >= 100); }), "")
         << "head " << h << ": rows whose O is wrongly NaN or not NaN (rows 100.. see the NaN value)";
-    EXPECT_EQ(failing_rows(150, [&](int64_t i) { return !std::isnan(r.lse.get({0, h, i})); }), "")
+    EXPECT_EQ(failing_rows(150,
+                           [&](int64_t i) {
+                             return !std::isnan(r.lse.get({0, h, i}));
+                           }),
+              "")
         << "head " << h << ": rows with a NaN LSE (a NaN value must not touch the LSE)";
   }
 }
@@ -116,7 +126,9 @@ TEST(NaN, InMaskedKeyOrValueDoesNotLeak) {
   c.v.set({0, 31, 0, 0}, NAN);
   check_nan_case(c);
   const Result r = run_forward(c);
-  EXPECT_EQ(failing_rows(100, [&](int64_t i) { return out_row_any_nan(r.out, 0, i, 0) == (i == 30 || i == 31); }), "")
+  EXPECT_EQ(
+      failing_rows(100, [&](int64_t i) { return out_row_any_nan(r.out, 0, i, 0) == (i == 30 || i == 31); }),
+      "")
       << "rows whose O is wrongly NaN or not NaN (only rows 30 and 31 see a NaN)";
 }
 
@@ -210,7 +222,8 @@ TEST(Extremes, ConditionalAndAlwaysRescaleAgree) {
   // Make key j's logit grow with j: k_j = k_j + (j / 16) * q_0 direction.
   for (int64_t j = 0; j < 512; ++j)
     for (int64_t d = 0; d < p.head_dim; ++d)
-      c.k.set({0, j, 0, d}, c.k.get({0, j, 0, d}) + 0.05 * static_cast<double>(j) * c.q.get({0, 0, 0, d}) / 8.0);
+      c.k.set({0, j, 0, d},
+              c.k.get({0, j, 0, d}) + 0.05 * static_cast<double>(j) * c.q.get({0, 0, 0, d}) / 8.0);
   c.run_oracle();
   Options cond = p.options, always = p.options;
   cond.rescale = Rescale::kConditional;

@@ -76,11 +76,11 @@ Problem make(const Shape& s, DType dtype) {
 
 std::vector<Problem> shape_problems() {
   const Shape shapes[] = {
-      {1, 1, 16, 1, 1, 1},      {1, 2, 32, 2, 1, 2},       {2, 17, 40, 4, 2, 1},
-      {17, 2, 59, 8, 1, 1},     {17, 63, 64, 8, 8, 1},     {63, 17, 96, 2, 2, 2},
-      {63, 64, 111, 4, 1, 1},   {64, 65, 128, 2, 1, 1},    {65, 64, 256, 2, 2, 1},
-      {64, 113, 16, 8, 2, 1},   {113, 203, 59, 2, 1, 1},   {203, 113, 128, 1, 1, 2},
-      {1, 1025, 96, 4, 4, 1},   {1025, 2, 40, 2, 2, 1},    {203, 1023, 111, 2, 1, 1},
+      {1, 1, 16, 1, 1, 1},       {1, 2, 32, 2, 1, 2},       {2, 17, 40, 4, 2, 1},
+      {17, 2, 59, 8, 1, 1},      {17, 63, 64, 8, 8, 1},     {63, 17, 96, 2, 2, 2},
+      {63, 64, 111, 4, 1, 1},    {64, 65, 128, 2, 1, 1},    {65, 64, 256, 2, 2, 1},
+      {64, 113, 16, 8, 2, 1},    {113, 203, 59, 2, 1, 1},   {203, 113, 128, 1, 1, 2},
+      {1, 1025, 96, 4, 4, 1},    {1025, 2, 40, 2, 2, 1},    {203, 1023, 111, 2, 1, 1},
       {1025, 1023, 64, 1, 1, 1}, {1023, 1025, 32, 2, 1, 1}, {17, 1025, 256, 2, 1, 1},
   };
   std::vector<Problem> out;
@@ -103,13 +103,15 @@ INSTANTIATE_TEST_SUITE_P(Forward, Shapes, testing::ValuesIn(shape_problems()), p
 // bounded right edge the first rows see no key.
 
 std::vector<Problem> window_problems() {
-  const Shape shapes[] = {{113, 203, 64, 4, 2, 1}, {203, 113, 40, 2, 2, 1}, {64, 64, 32, 2, 1, 1}, {17, 63, 59, 1, 1, 2}};
+  const Shape shapes[] = {
+      {113, 203, 64, 4, 2, 1}, {203, 113, 40, 2, 2, 1}, {64, 64, 32, 2, 1, 1}, {17, 63, 59, 1, 1, 2}};
   struct Window {
     bool causal;
     int64_t left, right;
   };
-  const Window windows[] = {{false, 0, 0},  {false, 5, 0},    {false, 16, 3},   {false, -1, 7},  {false, 20, -1},
-                            {false, 0, -1}, {false, 100, 100}, {true, 10, -1},  {true, -1, 0}};
+  const Window windows[] = {{false, 0, 0},     {false, 5, 0},   {false, 16, 3},
+                            {false, -1, 7},    {false, 20, -1}, {false, 0, -1},
+                            {false, 100, 100}, {true, 10, -1},  {true, -1, 0}};
   std::vector<Problem> out;
   for (const Shape& s : shapes)
     for (const Window& w : windows)

@@ -1,10 +1,11 @@
 // mask_test.cc: the masking policies (NoMask, CausalMask, WindowMask): per-row [lo, hi) and the
 // block helpers agree with a brute-force reading of DESIGN.md section 1.
+#include "common/mask.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "common/mask.h"
 #include "test_util.h"
 
 namespace tileattn::test {
@@ -22,7 +23,8 @@ bool brute_sees(int64_t lq, int64_t lk, int64_t left, int64_t right, int64_t i, 
 
 // Checks lo/hi row by row, monotonicity, tile_key_range and block_fully_visible for one mask.
 template <class Mask>
-void check_policy(const Mask& mask, int64_t lq, int64_t lk, int64_t left, int64_t right, const std::string& what) {
+void check_policy(const Mask& mask, int64_t lq, int64_t lk, int64_t left, int64_t right,
+                  const std::string& what) {
   for (int64_t i = 0; i < lq; ++i) {
     const int64_t lo = mask.lo(i), hi = mask.hi(i);
     EXPECT_GE(lo, 0) << what << " row " << i;
@@ -67,7 +69,8 @@ void check_policy(const Mask& mask, int64_t lq, int64_t lk, int64_t left, int64_
       for (int64_t i = q0; i < q1; ++i)
         for (int64_t j = 0; j < lk; ++j)
           if (brute_sees(lq, lk, left, right, i, j)) {
-            ASSERT_TRUE(j >= begin && j < end) << what << " tile q[" << q0 << ", " << q1 << ") misses key " << j;
+            ASSERT_TRUE(j >= begin && j < end)
+                << what << " tile q[" << q0 << ", " << q1 << ") misses key " << j;
           }
     }
 }
@@ -93,8 +96,8 @@ TEST(Mask, WindowMatchesBruteForce) {
       for (int64_t left : sides)
         for (int64_t right : sides)
           check_policy(WindowMask{lk, lk - lq, left, right}, lq, lk, left, right,
-                       "window(" + std::to_string(left) + ", " + std::to_string(right) + ") Lq=" +
-                           std::to_string(lq) + " Lk=" + std::to_string(lk));
+                       "window(" + std::to_string(left) + ", " + std::to_string(right) +
+                           ") Lq=" + std::to_string(lq) + " Lk=" + std::to_string(lk));
 }
 
 TEST(Mask, CausalShortQueryIsBottomRightAligned) {

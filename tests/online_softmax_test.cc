@@ -1,5 +1,7 @@
 // online_softmax_test.cc: the per-row online-softmax state (SoftmaxRow): split-and-merge equals
 // the whole, fully masked rows, huge logits, conditional vs always rescaling, the threshold.
+#include "common/online_softmax.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "common/online_softmax.h"
 #include "test_util.h"
 
 namespace tileattn::test {
@@ -24,8 +25,8 @@ struct PartialRow {
   SoftmaxRow st;
   std::vector<float> o = std::vector<float>(kD, 0.0f);
 
-  void feed(const std::vector<float>& s, const std::vector<std::vector<float>>& v, const std::vector<int>& keys,
-            size_t block, bool conditional) {
+  void feed(const std::vector<float>& s, const std::vector<std::vector<float>>& v,
+            const std::vector<int>& keys, size_t block, bool conditional) {
     for (size_t b0 = 0; b0 < keys.size(); b0 += block) {
       const size_t b1 = std::min(keys.size(), b0 + block);
       float block_max = -INFINITY;
@@ -273,7 +274,7 @@ TEST(OnlineSoftmax, BaseKeptWhileGrowthWithinThreshold) {
   EXPECT_EQ(st.advance(8.0f, true), 1.0f);  // exactly the threshold: kept
   EXPECT_EQ(st.m, 0.0f);
   EXPECT_EQ(st.l, 1.0f);
-  EXPECT_EQ(st.advance(-3.0f, true), 1.0f);  // smaller max: nothing moves
+  EXPECT_EQ(st.advance(-3.0f, true), 1.0f);    // smaller max: nothing moves
   const float alpha = st.advance(8.5f, true);  // past the threshold: moves
   EXPECT_EQ(st.m, 8.5f);
   EXPECT_FLOAT_EQ(alpha, std::exp2(-8.5f));

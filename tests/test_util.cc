@@ -15,20 +15,28 @@ namespace {
 // poisoned" is told apart from "written with NaN"; the sentinel is an ordinary finite number.
 uint64_t poison_bits(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 0x7fe5a5a5u;
-    case DType::kFloat16: return 0x7e5au;
-    case DType::kBFloat16: return 0x7fe5u;
-    case DType::kFloat64: return 0x7ffca5a5a5a5a5a5ull;
+    case DType::kFloat32:
+      return 0x7fe5a5a5u;
+    case DType::kFloat16:
+      return 0x7e5au;
+    case DType::kBFloat16:
+      return 0x7fe5u;
+    case DType::kFloat64:
+      return 0x7ffca5a5a5a5a5a5ull;
   }
   return 0;
 }
 
 uint64_t sentinel_bits(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 0x4b1d1d1du;
-    case DType::kFloat16: return 0x5a5au;
-    case DType::kBFloat16: return 0x4b1du;
-    case DType::kFloat64: return 0x40c3881d1d1d1d1dull;
+    case DType::kFloat32:
+      return 0x4b1d1d1du;
+    case DType::kFloat16:
+      return 0x5a5au;
+    case DType::kBFloat16:
+      return 0x4b1du;
+    case DType::kFloat64:
+      return 0x40c3881d1d1d1d1dull;
   }
   return 0;
 }
@@ -93,7 +101,9 @@ void write_element(std::byte* p, DType dtype, double x) {
       std::memcpy(p, &f, 4);
       break;
     }
-    case DType::kFloat64: std::memcpy(p, &x, 8); break;
+    case DType::kFloat64:
+      std::memcpy(p, &x, 8);
+      break;
     case DType::kFloat16: {
       const _Float16 h = static_cast<_Float16>(x);  // one rounding, straight from double
       std::memcpy(p, &h, 2);
@@ -110,19 +120,26 @@ void write_element(std::byte* p, DType dtype, double x) {
 
 const char* layout_name(Layout layout) {
   switch (layout) {
-    case Layout::kContiguous: return "blhd";
-    case Layout::kBHLD: return "bhld";
-    case Layout::kStrided: return "strided";
-    case Layout::kPadded: return "padded";
+    case Layout::kContiguous:
+      return "blhd";
+    case Layout::kBHLD:
+      return "bhld";
+    case Layout::kStrided:
+      return "strided";
+    case Layout::kPadded:
+      return "padded";
   }
   return "?";
 }
 
 const char* lse_layout_name(LseLayout layout) {
   switch (layout) {
-    case LseLayout::kContiguous: return "bhl";
-    case LseLayout::kPadded: return "padded";
-    case LseLayout::kBLH: return "blh";
+    case LseLayout::kContiguous:
+      return "bhl";
+    case LseLayout::kPadded:
+      return "padded";
+    case LseLayout::kBLH:
+      return "blh";
   }
   return "?";
 }
@@ -155,11 +172,13 @@ HostTensor HostTensor::contiguous(DType dtype, std::vector<int64_t> shape, int64
 
 HostTensor HostTensor::blhd(DType dtype, int64_t B, int64_t L, int64_t H, int64_t D, Layout layout) {
   switch (layout) {
-    case Layout::kContiguous: return contiguous(dtype, {B, L, H, D});
+    case Layout::kContiguous:
+      return contiguous(dtype, {B, L, H, D});
     case Layout::kBHLD: {
       // Storage is [B, H, L, D]; the argument is its permuted view, exactly as a caller builds it.
       const TensorRef view = TensorRef::contiguous(nullptr, dtype, {B, H, L, D}).permuted({0, 2, 1, 3});
-      return HostTensor(dtype, {B, L, H, D}, {view.stride[0], view.stride[1], view.stride[2], view.stride[3]});
+      return HostTensor(dtype, {B, L, H, D},
+                        {view.stride[0], view.stride[1], view.stride[2], view.stride[3]});
     }
     case Layout::kStrided: {
       const int64_t sd = 2, sh = 2 * D + 1, sl = H * sh + 3, sb = L * sl + 5;
@@ -175,7 +194,8 @@ HostTensor HostTensor::blhd(DType dtype, int64_t B, int64_t L, int64_t H, int64_
 
 HostTensor HostTensor::bhl(DType dtype, int64_t B, int64_t H, int64_t L, LseLayout layout) {
   switch (layout) {
-    case LseLayout::kContiguous: return contiguous(dtype, {B, H, L});
+    case LseLayout::kContiguous:
+      return contiguous(dtype, {B, H, L});
     case LseLayout::kPadded: {
       const int64_t sl = 1, sh = L + 3, sb = H * sh + 1;
       return HostTensor(dtype, {B, H, L}, {sb, sh, sl});
@@ -242,7 +262,8 @@ void HostTensor::fill_normal(std::mt19937_64& rng, double stddev) {
   std::normal_distribution<double> normal(0.0, stddev);
   const size_t esize = dtype_size(dtype_);
   for (size_t pos = 0; pos < in_view_.size(); ++pos)
-    if (!in_view_[pos]) write_element(bytes_.data() + pos * esize, dtype_, std::numeric_limits<double>::quiet_NaN());
+    if (!in_view_[pos])
+      write_element(bytes_.data() + pos * esize, dtype_, std::numeric_limits<double>::quiet_NaN());
   for_each([&](const Index& idx) {
     do set(idx, normal(rng));
     while (get(idx) == 0.0);  // never zero, even after rounding to the dtype
@@ -384,8 +405,10 @@ void fold(double ours, double truth, double* err, Errors* e, const char* what, c
 
 Errors measure(const Result& r, const Case& c) {
   Errors e;
-  c.ref_out.for_each([&](const Index& idx) { fold(r.out.get(idx), c.ref_out.get(idx), &e.out, &e, "out", idx); });
-  c.ref_lse.for_each([&](const Index& idx) { fold(r.lse.get(idx), c.ref_lse.get(idx), &e.lse, &e, "lse", idx); });
+  c.ref_out.for_each(
+      [&](const Index& idx) { fold(r.out.get(idx), c.ref_out.get(idx), &e.out, &e, "out", idx); });
+  c.ref_lse.for_each(
+      [&](const Index& idx) { fold(r.lse.get(idx), c.ref_lse.get(idx), &e.lse, &e, "lse", idx); });
   return e;
 }
 
@@ -395,10 +418,14 @@ Atol atol_for(DType dtype) {
   // reference eager path rounds S to the dtype, so its error sets the bar; atol covers rows
   // where eager happens to be exact.
   switch (dtype) {
-    case DType::kFloat32: return {2e-6, 2e-6};
-    case DType::kFloat16: return {std::ldexp(1.0, -11), 1e-5};
-    case DType::kBFloat16: return {std::ldexp(1.0, -8), 1e-5};
-    case DType::kFloat64: return {1e-12, 1e-12};
+    case DType::kFloat32:
+      return {2e-6, 2e-6};
+    case DType::kFloat16:
+      return {std::ldexp(1.0, -11), 1e-5};
+    case DType::kBFloat16:
+      return {std::ldexp(1.0, -8), 1e-5};
+    case DType::kFloat64:
+      return {1e-12, 1e-12};
   }
   return {0, 0};
 }
@@ -419,7 +446,8 @@ void expect_empty_rows_exact(const Result& r, const Case& c) {
       for (int64_t h = 0; h < p.heads_q; ++h) {
         const double lse = r.lse.get({b, h, i, 0});
         if (!(std::isinf(lse) && lse < 0)) {
-          if (bad++ < 3) ADD_FAILURE() << "empty row b=" << b << " h=" << h << " i=" << i << ": lse = " << lse;
+          if (bad++ < 3)
+            ADD_FAILURE() << "empty row b=" << b << " h=" << h << " i=" << i << ": lse = " << lse;
         }
         for (int64_t d = 0; d < p.head_dim; ++d) {
           const double o = r.out.get({b, i, h, d});

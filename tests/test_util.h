@@ -68,7 +68,7 @@ class HostTensor {
   void fill_normal(std::mt19937_64& rng, double stddev = 1.0);
   // Outputs: view elements get the poison NaN pattern, gaps the sentinel.
   void poison();
-  int64_t count_unwritten() const;    // view elements that still hold the poison pattern
+  int64_t count_unwritten() const;     // view elements that still hold the poison pattern
   int64_t count_gaps_changed() const;  // gap elements that lost the sentinel
   const std::vector<std::byte>& bytes() const { return bytes_; }
 
@@ -84,8 +84,7 @@ class HostTensor {
 struct Problem {
   int64_t batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim = 16;
   DType dtype = DType::kFloat32;
-  Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous,
-         out_layout = Layout::kContiguous;
+  Layout q_layout = Layout::kContiguous, kv_layout = Layout::kContiguous, out_layout = Layout::kContiguous;
   LseLayout lse_layout = LseLayout::kContiguous;
   Options options;
   double input_stddev = 1.0;

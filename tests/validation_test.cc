@@ -71,7 +71,8 @@ TEST_P(BadInput, ThrowsNamingArgumentAndWritesNothing) {
     const std::string what = e.what();
     EXPECT_EQ(e.argument(), bc.argument) << what;
     EXPECT_EQ(what.rfind(bc.argument + ": ", 0), 0u) << "what() should start with the argument: " << what;
-    EXPECT_NE(what.find(bc.value), std::string::npos) << "what() should contain '" << bc.value << "': " << what;
+    EXPECT_NE(what.find(bc.value), std::string::npos)
+        << "what() should contain '" << bc.value << "': " << what;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw something other than tileattn::Error: " << e.what();
   }
@@ -121,7 +122,12 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"k_rank2", [](Args& a) { a.rk.rank = 2; }, "k", "rank 2"});
   c.push_back({"v_rank3", [](Args& a) { a.rv.rank = 3; }, "v", "rank 3"});
   c.push_back({"out_rank1", [](Args& a) { a.rout.rank = 1; }, "out", "rank 1"});
-  c.push_back({"lse_rank4", [](Args& a) { a.rlse.rank = 4; a.rlse.shape[3] = 1; }, "lse", "rank 4"});
+  c.push_back({"lse_rank4",
+               [](Args& a) {
+                 a.rlse.rank = 4;
+                 a.rlse.shape[3] = 1;
+               },
+               "lse", "rank 4"});
   c.push_back({"lse_rank2", [](Args& a) { a.rlse.rank = 2; }, "lse", "rank 2"});
   // Shapes: each dim that must agree.
   c.push_back({"q_head_dim0", [](Args& a) { a.rq.shape[3] = 0; }, "q", "head_dim (dim 3) is 0"});
@@ -147,7 +153,8 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"v_dtype", [](Args& a) { a.rv.dtype = DType::kBFloat16; }, "v", "bf16"});
   c.push_back({"out_dtype", [](Args& a) { a.rout.dtype = DType::kFloat16; }, "out", "fp16"});
   c.push_back({"fp64_forward",
-               [](Args& a) { a.rq.dtype = a.rk.dtype = a.rv.dtype = a.rout.dtype = DType::kFloat64; }, "q", "fp64"});
+               [](Args& a) { a.rq.dtype = a.rk.dtype = a.rv.dtype = a.rout.dtype = DType::kFloat64; }, "q",
+               "fp64"});
   c.push_back({"lse_dtype_fp16", [](Args& a) { a.rlse.dtype = DType::kFloat16; }, "lse", "fp16"});
   c.push_back({"lse_dtype_fp64", [](Args& a) { a.rlse.dtype = DType::kFloat64; }, "lse", "fp64"});
   // Devices.
@@ -167,10 +174,15 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"out_rows_overlapping", [](Args& a) { a.rout.stride[1] = 8; }, "out", "overlap"});
   c.push_back({"lse_self_overlapping", [](Args& a) { a.rlse.stride[1] = 1; }, "lse", "overlap"});
   c.push_back({"lse_overlaps_out", [](Args& a) { a.rlse.data = a.rout.data; }, "lse", "out"});
-  c.push_back({"lse_inside_out",
-               [](Args& a) { a.rlse.data = static_cast<float*>(a.rout.data) + 50; }, "lse", "out"});
+  c.push_back(
+      {"lse_inside_out", [](Args& a) { a.rlse.data = static_cast<float*>(a.rout.data) + 50; }, "lse", "out"});
   c.push_back({"out_aliases_q", [](Args& a) { a.rout.data = a.rq.data; }, "out", "q"});
-  c.push_back({"out_aliases_k", [](Args& a) { use_long_kv(a); a.rout.data = a.rk.data; }, "out", "k"});
+  c.push_back({"out_aliases_k",
+               [](Args& a) {
+                 use_long_kv(a);
+                 a.rout.data = a.rk.data;
+               },
+               "out", "k"});
   c.push_back({"out_aliases_v",
                [](Args& a) {
                  use_long_kv(a);
@@ -190,17 +202,22 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"softcap_negative", [](Args& a) { a.options.softcap = -1.5f; }, "options.softcap", "-1.5"});
   c.push_back({"softcap_nan", [](Args& a) { a.options.softcap = kNaN; }, "options.softcap", "nan"});
   c.push_back({"softcap_inf", [](Args& a) { a.options.softcap = kInf; }, "options.softcap", "inf"});
-  c.push_back({"window_left_below_minus1", [](Args& a) { a.options.window_left = -2; }, "options.window_left", "-2"});
-  c.push_back({"window_right_below_minus1", [](Args& a) { a.options.window_right = -7; }, "options.window_right", "-7"});
+  c.push_back(
+      {"window_left_below_minus1", [](Args& a) { a.options.window_left = -2; }, "options.window_left", "-2"});
+  c.push_back({"window_right_below_minus1", [](Args& a) { a.options.window_right = -7; },
+               "options.window_right", "-7"});
   c.push_back({"causal_with_window_right",
                [](Args& a) {
                  a.options.causal = true;
                  a.options.window_right = 3;
                },
                "options.window_right", "3"});
-  c.push_back({"num_threads_negative", [](Args& a) { a.options.num_threads = -1; }, "options.num_threads", "-1"});
-  c.push_back({"kernel_sm80_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm80; }, "options.kernel", "sm80"});
-  c.push_back({"kernel_sm90_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm90; }, "options.kernel", "sm90"});
+  c.push_back(
+      {"num_threads_negative", [](Args& a) { a.options.num_threads = -1; }, "options.num_threads", "-1"});
+  c.push_back({"kernel_sm80_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm80; }, "options.kernel",
+               "sm80"});
+  c.push_back({"kernel_sm90_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm90; }, "options.kernel",
+               "sm90"});
   c.push_back({"head_dim_over_cpu_limit", [](Args& a) { use_head_dim(a, 513); }, "q", "513"});
   return c;
 }
