@@ -26,7 +26,7 @@ constexpr double kAtolHalf = 1e-3;
 
 struct VerifyArgs {
   int64_t batch = 2, heads = 8, kv_heads = 0, seqlen_q = 257, seqlen_k = 0, head_dim = 64;
-  std::string dtype = "fp32", device = "cpu", window;
+  std::string dtype, device = "cpu", window;  // dtype "": fp32 on the CPU, bf16 on a GPU
   bool causal = false;
   double softcap = 0, scale = 0;
   int64_t seed = 0;
@@ -56,7 +56,7 @@ Errors check_eager(AttentionData& data, const Options& options, const Oracle& or
 
 int run_verify(const VerifyArgs& a) {
   const Device device = resolve_device(a.device);
-  const DType dtype = parse_dtype(a.dtype);
+  const DType dtype = resolve_dtype(a.dtype, device);
   const Shape shape{a.batch,
                     a.heads,
                     a.kv_heads > 0 ? a.kv_heads : a.heads,
@@ -135,7 +135,7 @@ Command add_verify(CLI::App& app) {
   sub->add_option("--head-dim", args->head_dim, "head dimension D")
       ->check(positive_int())
       ->capture_default_str();
-  add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16");
+  add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16 (default: fp32 on the CPU, bf16 on a GPU)");
   sub->add_flag("--causal", args->causal, "causal mask, aligned bottom-right when Lq != Lk");
   sub->add_option("--window", args->window, "sliding window L,R (-1 = unbounded on that side)")
       ->check(window_pair());
