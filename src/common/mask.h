@@ -11,6 +11,14 @@ namespace tileattn::detail {
 TILEATTN_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 TILEATTN_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// Every policy is also a band around the diagonal: row i sees key j (0 <= j < Lk) exactly when
+// i + lo_diag <= j < i + hi_diag. Kernels use this form for per-element tests, where it needs
+// one add per row instead of the clamps of lo()/hi(). kUnbounded marks a side without a limit.
+inline constexpr int64_t kUnbounded = INT64_MAX / 4;
+struct Band {
+  int64_t lo_diag, hi_diag;
+};
+
 // Each policy gives, for query row i, the visible keys [lo(i), hi(i)) clamped to [0, Lk).
 // lo and hi are non-decreasing in i, which is what the block helpers below rely on.
 // All alignment is bottom-right: row i sits at key position i + (Lk - Lq).
@@ -19,6 +27,7 @@ struct NoMask {
   static constexpr bool kMasks = false;
   TILEATTN_HD int64_t lo(int64_t) const { return 0; }
   TILEATTN_HD int64_t hi(int64_t) const { return seqlen_k; }
+  TILEATTN_HD Band band() const { return {-kUnbounded, kUnbounded}; }
 };
 
 struct CausalMask {
@@ -26,6 +35,7 @@ struct CausalMask {
   static constexpr bool kMasks = true;
   TILEATTN_HD int64_t lo(int64_t) const { return 0; }
   TILEATTN_HD int64_t hi(int64_t i) const { return imax(0, imin(seqlen_k, i + offset + 1)); }
+  TILEATTN_HD Band band() const { return {-kUnbounded, offset + 1}; }
 };
 
 struct WindowMask {
@@ -36,6 +46,9 @@ struct WindowMask {
   }
   TILEATTN_HD int64_t hi(int64_t i) const {
     return right < 0 ? seqlen_k : imax(0, imin(seqlen_k, i + offset + right + 1));
+  }
+  TILEATTN_HD Band band() const {
+    return {left < 0 ? -kUnbounded : offset - left, right < 0 ? kUnbounded : offset + right + 1};
   }
 };
 
@@ -56,6 +69,34 @@ TILEATTN_HD bool block_fully_visible(const Mask& mask, int64_t q0, int64_t q1, i
   } else {
     return k0 >= mask.lo(q1 - 1) && k1 <= mask.hi(q0);
   }
+}
+
+}  // namespace tileattn::detail
+
+namespace tileattn::detail {
+
+// Trip counts for kernels that walk keys in fixed blocks of block_k aligned to multiples of
+// block_k: the query tile [q0, q1) visits key blocks [*n_begin, *n_end) (none when equal).
+template <class Mask>
+TILEATTN_HD void key_block_range(const Mask& mask, int64_t q0, int64_t q1, int64_t block_k,
+                                 int64_t* n_begin, int64_t* n_end) {
+  int64_t begin, end;
+  tile_key_range(mask, q0, q1, &begin, &end);
+  if (begin >= end) {
+    *n_begin = *n_end = 0;
+    return;
+  }
+  *n_begin = begin / block_k;
+  *n_end = (end + block_k - 1) / block_k;
+}
+
+// Whether key block [k0, k0 + block_k) needs per-element masking for the query tile [q0, q1):
+// some of its keys are hidden from some row, or it runs past seqlen_k (a ragged last block,
+// which NoMask has too). Blocks for which this is false are computed without any masking.
+template <class Mask>
+TILEATTN_HD bool block_needs_mask(const Mask& mask, int64_t q0, int64_t q1, int64_t k0,
+                                  int64_t block_k) {
+  return k0 + block_k > mask.seqlen_k || !block_fully_visible(mask, q0, q1, k0, k0 + block_k);
 }
 
 }  // namespace tileattn::detail
