@@ -4,6 +4,7 @@
 #   2. ctest -L cuda (oracle sweep, large tensors, small problems)
 #   3. compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   4. timing: bf16, B=4, L=4096, H=16, D in {128, 64}, causal off/on, next to PyTorch SDPA FLASH
+#      (TUNE=ON also builds and runs tune_sm80: alternative tile configs side by side)
 # Logs go to OUTDIR; a summary is printed last. Exit status: 0 when build, tests and sanitizers pass.
 set -u
 OUT=${1:?usage: run_gpu_checks.sh OUTDIR}
@@ -29,11 +30,12 @@ step() {  # step NAME TIMEOUT_S LOG command...
 # CMake < 3.26 does not know nvcc's C++20 flag; tell it (harmless on newer CMake).
 step configure 120 "$OUT/configure.log" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTILEATTN_CUDA=ON -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TOOLS=OFF \
-  -DTILEATTN_BUILD_BENCH=OFF -DTILEATTN_BUILD_TESTS=ON \
+  -DTILEATTN_BUILD_BENCH=OFF -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_SM80_TUNE="${TUNE:-OFF}" \
   -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 ||
   status=1
-step build 300 "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS" --target tileattn_cuda_tests sanitize_small \
-  time_fwd || status=1
+targets=(tileattn_cuda_tests sanitize_small time_fwd)
+[ "${TUNE:-OFF}" = ON ] && targets+=(tune_sm80)
+step build 300 "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || status=1
 grep -E "spill|error" "$OUT/build.log" >"$OUT/build_warnings.log" || true
 
 if [ $status -eq 0 ]; then
@@ -48,6 +50,7 @@ if [ $status -eq 0 ]; then
       timeout 60 "$BUILD/tests/cuda/time_fwd" 4 4096 16 "$d" "$causal" bf16 20 >>"$OUT/timing.log" 2>&1
     done
   done
+  [ "${TUNE:-OFF}" = ON ] && timeout 120 "$BUILD/tests/cuda/tune_sm80" >"$OUT/tune.log" 2>&1
   timeout 120 python3 - >>"$OUT/timing.log" 2>&1 <<'EOF'
 import torch
 import torch.nn.functional as F
@@ -79,4 +82,5 @@ for tool in memcheck racecheck synccheck; do
   [ -f "$OUT/sanitize_$tool.log" ] && echo "$tool: $(grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitize_$tool.log" | tr '\n' ' ')"
 done
 [ -f "$OUT/timing.log" ] && cat "$OUT/timing.log"
+[ -f "$OUT/tune.log" ] && cat "$OUT/tune.log"
 exit $status
