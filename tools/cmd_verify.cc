@@ -43,6 +43,8 @@ Errors check(Impl impl, AttentionData& data, const Options& options, const Oracl
 // Eager on the same device; when the device has no eager path yet, eager on the CPU with the same
 // inputs (the generator depends only on the seed), since the bound is about precision.
 Errors check_eager(AttentionData& data, const Options& options, const Oracle& oracle, int64_t seed) {
+  if (auto why = eager_wont_fit(data.shape(), data.dtype(), data.device()))
+    throw RuntimeError("eager: " + *why);
   if (data.device().kind == DeviceKind::kCPU) return check(Impl::kEager, data, options, oracle);
   try {
     return check(Impl::kEager, data, options, oracle);

@@ -30,7 +30,9 @@ std::string version_text() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{
       "tileattn: exact attention, tiled (FlashAttention) against standard attention, on this machine",
       "tileattn"};
@@ -71,4 +73,15 @@ int main(int argc, char** argv) {
     return kExitFailed;
   }
   return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // setting up the flags failed: a bug, still one line
+    fail_line(e.what());
+    return kExitFailed;
+  }
 }
