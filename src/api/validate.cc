@@ -56,6 +56,7 @@ bool overlaps(const TensorRef& a, const TensorRef& b) {
 
 // An output's elements must not share memory: sorted by stride, each dim steps past the last.
 bool self_overlapping(const TensorRef& t) {
+  if (t.numel() == 0) return false;  // an empty view writes nothing
   std::array<int, kMaxRank> order{};
   int n = 0;
   for (int d = 0; d < t.rank; ++d)

@@ -27,20 +27,17 @@ const char* elem(const void* base, DType dtype, int64_t offset) {
   return static_cast<const char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
 }
 
-// Rows [j0, j0 + n) of a kv head as an fp32 matrix [n][ld] (transposed: [D][ld] when kt).
-void pack_kv(const AttnParams& p, const void* base, const Strides4& st, int64_t b, int64_t hk,
-             bool transpose, int64_t ld, std::vector<float>& dst, std::vector<float>& row) {
+// Key/value row j of a kv head as fp32: into dst[j * ld] (dst[d * ld + j] when transposed).
+void pack_kv_row(const AttnParams& p, const void* base, const Strides4& st, int64_t b, int64_t hk,
+                 int64_t j, bool transpose, int64_t ld, float* dst, float* row) {
   const SimdKernels& simd = detail::simd();
-  const int64_t D = p.head_dim;
-  for (int64_t j = 0; j < p.seqlen_k; ++j) {
-    const int64_t off = b * st.b + j * st.l + hk * st.h;
-    if (!transpose) {
-      simd.load(elem(base, p.dtype, off), p.dtype, st.d, dst.data() + j * ld, D, 1.0f);
-    } else {
-      simd.load(elem(base, p.dtype, off), p.dtype, st.d, row.data(), D, 1.0f);
-      for (int64_t d = 0; d < D; ++d) dst[d * ld + j] = row[d];
-    }
+  const int64_t D = p.head_dim, off = b * st.b + j * st.l + hk * st.h;
+  if (!transpose) {
+    simd.load(elem(base, p.dtype, off), p.dtype, st.d, dst + j * ld, D, 1.0f);
+    return;
   }
+  simd.load(elem(base, p.dtype, off), p.dtype, st.d, row, D, 1.0f);
+  for (int64_t d = 0; d < D; ++d) dst[d * ld + j] = row[d];
 }
 
 }  // namespace
@@ -64,25 +61,31 @@ int64_t eager(const AttnParams& p) {
   auto sp_row = [&](char* base, int64_t b, int64_t h, int64_t i) {
     return base + ((b * H + h) * Lq + i) * Lk * elt;
   };
-  const float q_mul = p.scale;
-  std::vector<float> packed(std::max(D * Lkp, Lk * Dp)), row(D);
+  const int64_t g = p.group_size(), blocks = (Lq + kRowBlock - 1) / kRowBlock;
+  std::vector<float> packed(std::max(D * Lkp, Lk * Dp));
 
-  // Pass 1: S = scale Q K^T.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      pack_kv(p, p.k, p.k_stride, b, h / p.group_size(), true, Lkp, packed, row);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (int64_t i0 = 0; i0 < Lq; i0 += kRowBlock) {
-        const int64_t n = std::min(kRowBlock, Lq - i0);
-        std::vector<float> q(n * D), s(n * Lkp);
-        for (int64_t r = 0; r < n; ++r)
-          simd.load(elem(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
-                    p.dtype, p.q_stride.d, q.data() + r * D, D, q_mul);
-        simd.gemm(n, Lkp, D, q.data(), D, 1, packed.data(), Lkp, s.data(), Lkp, false);
-        for (int64_t r = 0; r < n; ++r)
-          simd.store(s.data() + r * Lkp, 1.0f, sp_row(s_mem.get(), b, h, i0 + r), p.dtype, 1, Lk);
+  // Pass 1: S = scale Q K^T. Per kv head: pack K^T (rows split over threads), then every
+  // (query head of the group, row block) is one GEMM into S.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> row(D), q(kRowBlock * D), s(kRowBlock * Lkp);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < Lk; ++j) pack_kv_row(p, p.k, p.k_stride, b, hk, j, true, Lkp, packed.data(), row.data());
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < g * blocks; ++item) {
+          const int64_t h = hk * g + item / blocks, i0 = (item % blocks) * kRowBlock;
+          const int64_t n = std::min(kRowBlock, Lq - i0);
+          for (int64_t r = 0; r < n; ++r)
+            simd.load(elem(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
+                      p.dtype, p.q_stride.d, q.data() + r * D, D, p.scale);
+          simd.gemm(n, Lkp, D, q.data(), D, 1, packed.data(), Lkp, s.data(), Lkp, false);
+          for (int64_t r = 0; r < n; ++r)
+            simd.store(s.data() + r * Lkp, 1.0f, sp_row(s_mem.get(), b, h, i0 + r), p.dtype, 1, Lk);
+        }  // the implicit barrier keeps `packed` until every GEMM of this kv head is done
       }
-    }
+  }
 
   // Pass 2: P = softmax(S), row by row in fp32, with softcap and the mask applied on the way.
   const WindowMask mask{Lk, Lk - Lq, p.window_left, p.window_right};
@@ -107,23 +110,29 @@ int64_t eager(const AttnParams& p) {
           empty ? -INFINITY : (m + std::log2(sum)) * kLn2;
   }
 
-  // Pass 3: O = P V.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      pack_kv(p, p.v, p.v_stride, b, h / p.group_size(), false, Dp, packed, row);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (int64_t i0 = 0; i0 < Lq; i0 += kRowBlock) {
-        const int64_t n = std::min(kRowBlock, Lq - i0);
-        std::vector<float> pr(n * Lkp), o(n * Dp);
-        for (int64_t r = 0; r < n; ++r)
-          simd.load(sp_row(p_mem.get(), b, h, i0 + r), p.dtype, 1, pr.data() + r * Lkp, Lk, 1.0f);
-        simd.gemm(n, Dp, Lk, pr.data(), Lkp, 1, packed.data(), Dp, o.data(), Dp, false);
-        for (int64_t r = 0; r < n; ++r)
-          simd.store(o.data() + r * Dp, 1.0f,
-                     const_cast<char*>(elem(p.out, p.out_dtype, b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),
-                     p.out_dtype, p.out_stride.d, D);
+  // Pass 3: O = P V, organized as pass 1.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> pr(kRowBlock * Lkp), o(kRowBlock * Dp);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < Lk; ++j) pack_kv_row(p, p.v, p.v_stride, b, hk, j, false, Dp, packed.data(), nullptr);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < g * blocks; ++item) {
+          const int64_t h = hk * g + item / blocks, i0 = (item % blocks) * kRowBlock;
+          const int64_t n = std::min(kRowBlock, Lq - i0);
+          for (int64_t r = 0; r < n; ++r)
+            simd.load(sp_row(p_mem.get(), b, h, i0 + r), p.dtype, 1, pr.data() + r * Lkp, Lk, 1.0f);
+          simd.gemm(n, Dp, Lk, pr.data(), Lkp, 1, packed.data(), Dp, o.data(), Dp, false);
+          for (int64_t r = 0; r < n; ++r)
+            simd.store(o.data() + r * Dp, 1.0f,
+                       const_cast<char*>(elem(p.out, p.out_dtype,
+                                              b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),
+                       p.out_dtype, p.out_stride.d, D);
+        }
       }
-    }
+  }
   return 2 * sp_elems * elt;
 }
 
