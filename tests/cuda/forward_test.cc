@@ -218,13 +218,14 @@ TEST(ForwardCuda, Selection) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 4 << 20), cudaSuccess);
-  auto ref = [&](int64_t h, int64_t dim) {
-    return TensorRef::contiguous(d, DType::kBFloat16, {1, 64, h, dim}, Device::cuda(0));
+  auto ref = [&](int slot, int64_t h, int64_t dim) {  // four disjoint 1 MiB slots
+    return TensorRef::contiguous(static_cast<char*>(d) + (slot << 20), DType::kBFloat16, {1, 64, h, dim},
+                                 Device::cuda(0));
   };
-  Support s = supported(ref(2, 64), ref(1, 64), ref(1, 64), ref(2, 64), nullptr);
+  Support s = supported(ref(0, 2, 64), ref(1, 1, 64), ref(2, 1, 64), ref(3, 2, 64), nullptr);
   EXPECT_TRUE(s.ok) << s.reason;
   EXPECT_EQ(s.kernel, Kernel::kCudaSm80);
-  s = supported(ref(2, 264), ref(1, 264), ref(1, 264), ref(2, 264), nullptr);
+  s = supported(ref(0, 2, 264), ref(1, 1, 264), ref(2, 1, 264), ref(3, 2, 264), nullptr);
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.reason.find("head_dim"), std::string::npos) << s.reason;
   cudaFree(d);
