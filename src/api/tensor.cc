@@ -92,7 +92,6 @@ std::string shape_string(const TensorRef& t) {
   std::ostringstream os;
   os << '[';
   for (int d = 0; d < valid_rank(t.rank); ++d) os << (d ? ", " : "") << t.shape[d];
-  if (t.rank != valid_rank(t.rank)) os << (t.rank > 0 ? ", ..." : "");
   os << ']';
   return os.str();
 }

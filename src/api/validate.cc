@@ -17,6 +17,9 @@ std::string fstr(float x) {
 }
 
 std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, const char* layout) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Error(name, "rank " + str(t.rank) + " is outside 0.." + str(kMaxRank) + ", expected " + str(rank) +
+                           " dims " + layout);
   if (t.rank != rank)
     return Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " +
                            str(rank) + " dims " + layout);

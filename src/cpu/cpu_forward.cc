@@ -68,6 +68,10 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
 
   int64_t k_begin, k_end;
   tile_key_range(mask, q0, q1, &k_begin, &k_end);
+  // Key blocks sit on a fixed grid of Bc, whatever the query tile: a row then sums its keys in
+  // the same groups for any tile height (which follows the thread count), so results do not
+  // depend on the number of threads.
+  k_begin = k_begin / tile.block_k * tile.block_k;
   for (int64_t k0 = k_begin; k0 < k_end; k0 += tile.block_k) {
     const int64_t kn = std::min(tile.block_k, k_end - k0);
     // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
@@ -92,7 +96,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     if (p.softcap > 0)
       for (int64_t j = 0; j < kn; ++j)
         for (int64_t r = 0; r < rows; ++r) ws.st[j * Brp + r] = std::tanh(ws.st[j * Brp + r]) * cap_mul;
-    if (!block_fully_visible(mask, q0, q1, k0, k0 + kn))
+    const bool visible = block_fully_visible(mask, q0, q1, k0, k0 + kn);
+    if (!visible)
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = mask.lo(q0 + r) - k0, hi = mask.hi(q0 + r) - k0;
         for (int64_t j = 0; j < kn; ++j)
@@ -108,15 +113,30 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     }
     simd.exp2_cols(ws.st.data(), kn, Brp, Brp, ws.base.data(), ws.sum.data());
     for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
-    // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i])
-    simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
+    // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
+    // In a partly masked block each row sums only the keys it sees: a hidden key has P = 0,
+    // but 0 * V is NaN when V holds a NaN or an inf, which must not reach rows that cannot see
+    // it. Per element the sums are the same FMA sequence either way.
+    if (visible) {
+      simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = std::max<int64_t>(0, mask.lo(q0 + r) - k0);
+        const int64_t hi = std::min<int64_t>(kn, mask.hi(q0 + r) - k0);
+        if (lo < hi)
+          simd.gemm(1, Dp, hi - lo, ws.st.data() + lo * Brp + r, 1, Brp, ws.v.data() + lo * Dp, Dp,
+                    ws.o.data() + r * Dp, Dp, true);
+      }
+    }
   }
 
   for (int64_t r = 0; r < rows; ++r) {
     const SoftmaxRow& state = ws.state[r];
     const int64_t off = b * p.out_stride.b + (q0 + r) * p.out_stride.l + h * p.out_stride.h;
-    simd.store(ws.o.data() + r * Dp, state.inv_l(), const_cast<char*>(elem(p.out, p.out_dtype, off)),
-               p.out_dtype, p.out_stride.d, D);
+    float* o_row = ws.o.data() + r * Dp;
+    if (state.l == 0.0f) std::fill_n(o_row, D, 0.0f);  // saw no key: exactly 0, whatever V holds
+    simd.store(o_row, state.inv_l(), const_cast<char*>(elem(p.out, p.out_dtype, off)), p.out_dtype,
+               p.out_stride.d, D);
     if (p.lse) {
       const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + (q0 + r) * p.lse_stride.l;
       static_cast<float*>(p.lse)[loff] = state.lse();
