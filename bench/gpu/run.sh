@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# run.sh OUTDIR [STAGE...]: the GPU harness, on a machine with an NVIDIA GPU.
+#   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real)
+#   test      GPU tests (ctest -L cuda), then the CPU suite
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
+#   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
+#   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
+#             traffic.py (ncu DRAM bytes beside the io model), plot.py (PNGs)
+# No stage named: all of them. Everything goes to OUTDIR: logs.txt (every step's output),
+# gpu_bench.json, gpu_traffic.json, gpu_tflops.png, gpu_traffic.png, summary.txt; the summary
+# is printed last.
+set -u
+OUT=${1:?usage: run.sh OUTDIR [build test sanitize python bench]}
+shift
+stages=${*:-build test sanitize python bench}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$ROOT/build/gpu
+ARCH=${TILEATTN_CUDA_ARCHITECTURES:-90a-real}
+LOG=$OUT/logs.txt
+SUMMARY=$OUT/summary.txt
+export TILEATTN_COMMIT=${TILEATTN_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export PYTHONUNBUFFERED=1
+touch "$LOG" "$SUMMARY"
+
+step() {  # step NAME TIMEOUT_S command...: runs it, logs it, records a summary line
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "=== $name: $*" >>"$LOG"
+  timeout "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  printf '%-18s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$SUMMARY" >&2
+  return $rc
+}
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+if has build; then
+  step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
+    -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
+    -DTILEATTN_BUILD_BENCH=OFF
+  step build 420 cmake --build "$BUILD" -j "$(nproc)"
+  grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
+fi
+if has test; then
+  step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 3
+  grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
+  step ctest-cpu 240 ctest --test-dir "$BUILD" -LE cuda --output-on-failure -j "$(nproc)"
+  grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    step "sanitize-$tool" 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda/sanitize_small"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG" | tail -1 >>"$SUMMARY"
+  done
+fi
+if has python; then
+  step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
+    -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
+    -C build-dir="$ROOT/build/python"
+  step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
+  grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
+fi
+if has bench; then
+  step bench 420 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json"
+  step traffic 240 python3 "$ROOT/bench/gpu/traffic.py" "$BUILD/tools/tileattn" "$OUT/gpu_traffic.json"
+  step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --traffic "$OUT/gpu_traffic.json" \
+    --outdir "$OUT"
+fi
+
+echo
+echo "==== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit $TILEATTN_COMMIT"
+cat "$SUMMARY"
+if has bench; then
+  # The tables the bench and traffic steps printed last.
+  awk '/^TFLOP\/s/,0' "$LOG" | grep -v "^===" | head -40
+  awk '/^DRAM traffic/,0' "$LOG" | grep -v "^===" | head -8
+fi
