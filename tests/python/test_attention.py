@@ -10,9 +10,20 @@ import pytest
 import numpy_reference
 import tileattn
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+try:  # NumPy's bfloat16 comes from ml_dtypes (a test dependency); without it bf16 cases skip
+    import ml_dtypes
 
-DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+    BFLOAT16 = ml_dtypes.bfloat16
+except ImportError:
+    BFLOAT16 = None
+
+DTYPE_NAMES = ["float32", "float16", "bfloat16"]
+
+
+def dtype_of(name):
+    if name == "bfloat16" and BFLOAT16 is None:
+        pytest.skip("bfloat16 NumPy arrays need ml_dtypes")
+    return {"float32": np.float32, "float16": np.float16, "bfloat16": BFLOAT16}[name]
 
 
 def make(shape, dtype=np.float32, seed=0):
@@ -70,19 +81,19 @@ def test_odd_shapes(seqlen_q, seqlen_k, head_dim, causal):
 
 
 @pytest.mark.parametrize("heads_q, heads_kv", [(8, 8), (8, 2), (6, 1), (4, 2)])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
 def test_gqa(heads_q, heads_kv, dtype):
-    q, k, v = make_qkv(2, 33, 47, heads_q, heads_kv, 64, DTYPES[dtype])
+    q, k, v = make_qkv(2, 33, 47, heads_q, heads_kv, 64, dtype_of(dtype))
     check_against_reference(q, k, v, causal=True)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(65, 65), (17, 203), (203, 17)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_dtypes(dtype, seqlen_q, seqlen_k, causal):
-    q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, 40, DTYPES[dtype], seed=3)
+    q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, 40, dtype_of(dtype), seed=3)
     out, _ = check_against_reference(q, k, v, causal=causal)
-    assert out.dtype == np.dtype(DTYPES[dtype])
+    assert out.dtype == np.dtype(dtype_of(dtype))
 
 
 @pytest.mark.parametrize(
@@ -168,9 +179,9 @@ def test_empty_batch_and_queries():
     assert out.shape == (2, 0, 2, 16) and lse.shape == (2, 2, 0)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
 def test_reference_is_float64_and_matches_numpy(dtype):
-    q, k, v = make_qkv(2, 23, 41, 4, 2, 40, DTYPES[dtype], seed=21)
+    q, k, v = make_qkv(2, 23, 41, 4, 2, 40, dtype_of(dtype), seed=21)
     # scale and softcap travel as float32: exact values keep the comparison at 1e-12.
     options = dict(causal=True, window=(9, -1), softcap=4.0, scale=0.25)
     out, lse = tileattn.reference(q, k, v, return_lse=True, **options)
@@ -183,9 +194,9 @@ def test_reference_is_float64_and_matches_numpy(dtype):
     np.testing.assert_allclose(tileattn.reference(q64, k64, v64, **options), ref_out, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
 def test_eager_keeps_dtype(dtype):
-    q, k, v = make_qkv(1, 12, 12, 2, 2, 16, DTYPES[dtype])
+    q, k, v = make_qkv(1, 12, 12, 2, 2, 16, dtype_of(dtype))
     out, lse = tileattn.eager(q, k, v, return_lse=True)
     assert out.dtype == q.dtype and lse.dtype == np.float32
 

@@ -196,6 +196,21 @@ def check_compiled_block(device, dtype, backend):
         loss.backward()
 
 
+@pytest.mark.parametrize("entry", ["attention", "flash_attn_func"])
+def test_compile_fullgraph_through_the_generic_functions(entry):
+    # tileattn.attention and flash_attn_func check their arguments in Python, then call the op:
+    # torch.compile traces through them without a graph break.
+    torch._dynamo.reset()
+    q, k, v = make_qkv(1, 33, 33, 4, 2, 32, torch.float32)
+    function = getattr(tileattn, entry)
+
+    def f(q, k, v):
+        return function(q, k, v, causal=True) * 2
+
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(q, k, v)
+    torch.testing.assert_close(got, f(q, k, v), rtol=0, atol=0)
+
+
 def test_compile_cpu():
     torch._dynamo.reset()
     check_compiled_block("cpu", torch.float32, backend="aot_eager")
