@@ -8,8 +8,8 @@
 #include <numbers>
 #include <utility>
 
-#include "dtype_convert.h"
 #include "gpu_runtime.h"
+#include "tileattn/convert.h"
 #include "tileattn/error.h"
 
 namespace tileattn::cli {
@@ -83,11 +83,11 @@ void Buffer::copy_from(const Buffer& src) {
     throw RuntimeError("device-to-device copies are not needed by the tool");
 }
 
-double Buffer::at(int64_t i) const { return load_double(data_, dtype_, i); }
+double Buffer::at(int64_t i) const { return element_as_double(data_, dtype_, i); }
 
 void Buffer::fill(double value) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < numel_; ++i) store_float(data_, dtype_, i, static_cast<float>(value));
+  for (int64_t i = 0; i < numel_; ++i) set_element(data_, dtype_, i, static_cast<float>(value));
 }
 
 void Buffer::fill_normal(uint64_t seed) {
@@ -99,7 +99,7 @@ void Buffer::fill_normal(uint64_t seed) {
     const double u1 = (static_cast<double>(r >> 32) + 1.0) / 4294967296.0;
     const double u2 = static_cast<double>(r & 0xffffffffu) / 4294967296.0;
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    store_float(data_, dtype_, i, static_cast<float>(z));
+    set_element(data_, dtype_, i, static_cast<float>(z));
   }
 }
 
