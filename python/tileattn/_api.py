@@ -68,11 +68,12 @@ def _check_arrays(q, k, v, allowed_dtypes):
     return kind
 
 
-def _run(entry, q, k, v, options, return_lse, out_dtype=None, lse_dtype="float32"):
-    """Allocates out (and lse) in q's framework, runs the core entry on q's stream, returns them."""
-    kind = _check_arrays(
-        q, k, v, _arrays.REFERENCE_DTYPES if entry is _C.reference else _arrays.WORKING_DTYPES
-    )
+def _run(entry, q, k, v, options, return_lse, out_dtype=None, lse_dtype="float32", kind=None):
+    """Allocates out (and lse) in q's framework, runs the core entry on q's stream, returns them.
+    kind: q's kind when the caller has checked q, k and v already."""
+    if kind is None:
+        allowed = _arrays.REFERENCE_DTYPES if entry is _C.reference else _arrays.WORKING_DTYPES
+        kind = _check_arrays(q, k, v, allowed)
     batch, seqlen_q, heads_q, head_dim = (int(s) for s in q.shape)
     outputs = _arrays.Outputs(q, kind)
     out = outputs.empty((batch, seqlen_q, heads_q, head_dim), out_dtype)
@@ -124,7 +125,7 @@ def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0
         _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
         from . import torch as tileattn_torch
 
-        return tileattn_torch._call_op(q, k, v, options, return_lse)
+        return tileattn_torch._call_op(q, k, v, options, return_lse, checked=True)
     return _run(_C.forward, q, k, v, options, return_lse)
 
 
