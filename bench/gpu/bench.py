@@ -18,11 +18,16 @@ import statistics
 import subprocess
 import sys
 
+import tempfile
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import tileattn
+try:
+    import tileattn
+except ImportError:  # timed through the CLI instead (--tileattn-cli)
+    tileattn = None
 
 
 def time_ms(fn, warmup, reps):
@@ -65,11 +70,26 @@ def sdpa(backend):
 IMPLS = {
     "tileattn": lambda q, k, v, c: tileattn.attention(q, k, v, causal=c),
     "tileattn_eager": lambda q, k, v, c: tileattn.eager(q, k, v, causal=c),
+    # With --tileattn-cli these two are timed by `tileattn bench --device cuda` on its own
+    # random inputs of the same shape (same method: CUDA events, median after warm-up).
     "torch_eager": torch_eager,
     "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
     "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
     "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
 }
+
+
+def cli_times(cli, shape, warmup, reps):
+    """(impl, causal) -> median ms from `tileattn bench --device cuda` for one shape."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+        subprocess.run([cli, "bench", "--device", "cuda", "--dtype", "bf16", "--seqlens", str(shape["L"]),
+                        "--head-dims", str(shape["D"]), "--batch", str(shape["B"]), "--heads", str(shape["H"]),
+                        "--causal", "on" if shape["causal"] else "off", "--impl", "tiled,eager",
+                        "--warmup", str(warmup), "--reps", str(reps), "--out", tmp.name],
+                       check=True, capture_output=True, timeout=300)
+        rows = json.load(open(tmp.name))["rows"]
+    names = {"tiled": "tileattn", "eager": "tileattn_eager"}
+    return {names[r["impl"]]: r for r in rows}
 
 
 def shapes(args):
@@ -91,6 +111,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="")
     ap.add_argument("--commit", default=os.environ.get("TILEATTN_COMMIT", ""))
+    ap.add_argument("--tileattn-cli", default="", help="time tileattn through this `tileattn` binary")
     args = ap.parse_args()
     args.seqlens = [int(x) for x in args.seqlens.split(",")]
     args.head_dims = [int(x) for x in args.head_dims.split(",")]
@@ -103,9 +124,21 @@ def main():
         q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
         reference = None
+        from_cli = cli_times(args.tileattn_cli, shape, args.warmup, args.reps) if args.tileattn_cli else {}
         for name in impls:
             fn = IMPLS[name]
             row = dict(shape, impl=name)
+            if name in from_cli:
+                r = from_cli[name]
+                if r["status"] == "ok":
+                    row.update(ms=r["median_ms"], tflops=flops / r["median_ms"] / 1e9, timed_by="tileattn bench",
+                               peak_extra_bytes=2 * B * H * L * L * 2 if name == "tileattn_eager" else 0)
+                else:
+                    row["error"] = r["status"]
+                rows.append(row)
+                print(f"D={D:3d} L={L:5d} B={B:2d} H={H:2d} causal={int(causal)} {name:15s} "
+                      f"{row.get('tflops', 0):7.1f} TFLOP/s (cli)", file=sys.stderr, flush=True)
+                continue
             try:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
@@ -136,7 +169,7 @@ def main():
         gpu=torch.cuda.get_device_name(0),
         torch=torch.__version__,
         cudnn=torch.backends.cudnn.version(),
-        tileattn=tileattn.__version__,
+        tileattn=tileattn.__version__ if tileattn else "cli",
         commit=args.commit,
         host=platform.node(),
         dtype="bf16",

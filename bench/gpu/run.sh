@@ -5,14 +5,17 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
 #   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
-#             traffic.py (ncu DRAM bytes beside the io model), plot.py (PNGs)
-# No stage named: all of them. Everything goes to OUTDIR: logs.txt (every step's output),
+#             plot.py (PNGs); tileattn is timed through the CLI unless the package is installed
+#   traffic   traffic.py (ncu DRAM bytes beside the io model)
+# Stages run in the order given (default: build test sanitize python bench traffic). With
+# DEADLINE=S, a stage that would start after S seconds is skipped (a time-boxed run). Everything goes to OUTDIR: logs.txt (every step's output),
 # gpu_bench.json, gpu_traffic.json, gpu_tflops.png, gpu_traffic.png, summary.txt; the summary
 # is printed last.
 set -u
 OUT=${1:?usage: run.sh OUTDIR [build test sanitize python bench]}
 shift
-stages=${*:-build test sanitize python bench}
+stages=${*:-build test sanitize python bench traffic}
+DEADLINE=${DEADLINE:-100000}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,39 +38,52 @@ step() {  # step NAME TIMEOUT_S command...: runs it, logs it, records a summary 
   return $rc
 }
 has() { [[ " $stages " == *" $1 "* ]]; }
+in_time() {  # in_time STAGE: false (and noted) once the deadline has passed
+  if ((SECONDS > DEADLINE)); then
+    printf '%-18s skipped (deadline %ss)\n' "$1" "$DEADLINE" | tee -a "$SUMMARY" >&2
+    return 1
+  fi
+}
 
-if has build; then
+run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
     -DTILEATTN_BUILD_BENCH=OFF
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
-fi
-if has test; then
+}
+run_test() {
   step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 3
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
   step ctest-cpu 240 ctest --test-dir "$BUILD" -LE cuda --output-on-failure -j "$(nproc)"
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
-fi
-if has sanitize; then
+}
+run_sanitize() {
   for tool in memcheck racecheck synccheck; do
     step "sanitize-$tool" 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda/sanitize_small"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG" | tail -1 >>"$SUMMARY"
   done
-fi
-if has python; then
+}
+run_python() {
   step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
     -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
     -C build-dir="$ROOT/build/python"
   step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
-fi
-if has bench; then
-  step bench 420 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json"
+}
+run_bench() {
+  local cli=()
+  python3 -c "import tileattn" 2>/dev/null || cli=(--tileattn-cli "$BUILD/tools/tileattn")
+  step bench 420 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" "${cli[@]}"
+  step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
+}
+run_traffic() {
   step traffic 240 python3 "$ROOT/bench/gpu/traffic.py" "$BUILD/tools/tileattn" "$OUT/gpu_traffic.json"
-  step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --traffic "$OUT/gpu_traffic.json" \
-    --outdir "$OUT"
-fi
+  step plot-traffic 60 python3 "$ROOT/bench/gpu/plot.py" --traffic "$OUT/gpu_traffic.json" --outdir "$OUT"
+}
+for stage in $stages; do
+  in_time "$stage" && "run_$stage"
+done
 
 echo
 echo "==== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), commit $TILEATTN_COMMIT"
