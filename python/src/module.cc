@@ -45,13 +45,26 @@ std::string python_name(const std::string& argument) {
 std::string dtype_string(nb::dlpack::dtype dt) {
   std::string name;
   switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
-    case nb::dlpack::dtype_code::Int: name = "int"; break;
-    case nb::dlpack::dtype_code::UInt: name = "uint"; break;
-    case nb::dlpack::dtype_code::Float: name = "float"; break;
-    case nb::dlpack::dtype_code::Bfloat: name = "bfloat"; break;
-    case nb::dlpack::dtype_code::Complex: name = "complex"; break;
-    case nb::dlpack::dtype_code::Bool: return "bool";
-    default: name = "dlpack-code-" + std::to_string(dt.code) + "-bits-"; break;
+    case nb::dlpack::dtype_code::Int:
+      name = "int";
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      name = "uint";
+      break;
+    case nb::dlpack::dtype_code::Float:
+      name = "float";
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      name = "bfloat";
+      break;
+    case nb::dlpack::dtype_code::Complex:
+      name = "complex";
+      break;
+    case nb::dlpack::dtype_code::Bool:
+      return "bool";
+    default:
+      name = "dlpack-code-" + std::to_string(dt.code) + "-bits-";
+      break;
   }
   name += std::to_string(dt.bits);
   if (dt.lanes != 1) name += "x" + std::to_string(dt.lanes);
@@ -78,16 +91,16 @@ tileattn::TensorRef to_ref(const Array& a, const std::string& name, bool u16_is_
   if (a.ndim() > static_cast<size_t>(tileattn::kMaxRank)) {
     std::string shape = "[";
     for (size_t d = 0; d < a.ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a.shape(d));
-    raise_argument_error(PyExc_ValueError, name,
-                         "rank " + std::to_string(a.ndim()) + " (shape " + shape + "]), expected " +
-                             (name == "lse" ? "3 dims [batch, heads, seqlen_q]"
-                                            : "4 dims [batch, seqlen, heads, head_dim]"));
+    raise_argument_error(
+        PyExc_ValueError, name,
+        "rank " + std::to_string(a.ndim()) + " (shape " + shape + "]), expected " +
+            (name == "lse" ? "3 dims [batch, heads, seqlen_q]" : "4 dims [batch, seqlen, heads, head_dim]"));
   }
   const auto dtype = to_dtype(a.dtype(), u16_is_bf16);
   if (!dtype)
-    raise_argument_error(PyExc_TypeError, name,
-                         "dtype " + dtype_string(a.dtype()) +
-                             " is not supported; expected float32, float16 or bfloat16");
+    raise_argument_error(
+        PyExc_TypeError, name,
+        "dtype " + dtype_string(a.dtype()) + " is not supported; expected float32, float16 or bfloat16");
   t.dtype = *dtype;
   if (a.device_type() == nb::device::cpu::value) {
     t.device = tileattn::Device::cpu();
@@ -174,9 +187,15 @@ int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, n
   try {
     nb::gil_scoped_release no_gil;
     switch (entry) {
-      case Entry::kForward: tileattn::forward(q, k, v, out, lse_ptr, options); break;
-      case Entry::kEager: tileattn::eager(q, k, v, out, lse_ptr, options, &stats); break;
-      case Entry::kReference: tileattn::reference(q, k, v, out, lse_ptr, options); break;
+      case Entry::kForward:
+        tileattn::forward(q, k, v, out, lse_ptr, options);
+        break;
+      case Entry::kEager:
+        tileattn::eager(q, k, v, out, lse_ptr, options, &stats);
+        break;
+      case Entry::kReference:
+        tileattn::reference(q, k, v, out, lse_ptr, options);
+        break;
     }
   } catch (const tileattn::Error& e) {
     // what() is "argument: message"; keep the message, rename the argument for Python.
@@ -184,8 +203,7 @@ int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, n
     const std::string prefix = e.argument() + ": ";
     const std::string message = what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
     const bool is_dtype = message.find("dtype") != std::string::npos;
-    raise_argument_error(is_dtype ? PyExc_TypeError : PyExc_ValueError, python_name(e.argument()),
-                         message);
+    raise_argument_error(is_dtype ? PyExc_TypeError : PyExc_ValueError, python_name(e.argument()), message);
   } catch (const tileattn::RuntimeError& e) {
     throw std::runtime_error(e.what());  // nanobind raises RuntimeError
   }
@@ -223,10 +241,12 @@ NB_MODULE(_C, m) {
        "Runs tileattn::eager (S and P materialized); returns the bytes it allocated for them.");
   bind("reference", Entry::kReference, "Runs the fp64 oracle tileattn::reference (CPU arrays).");
 
-  m.def("version", [] { return std::string(tileattn::version()); }, "The library's version.");
+  m.def(
+      "version", [] { return std::string(tileattn::version()); }, "The library's version.");
   m.def("built_with_cuda", &tileattn::built_with_cuda, "Whether the CUDA kernels are compiled in.");
   m.def("cuda_device_count", &tileattn::cuda_device_count,
         "CUDA devices visible to tileattn (0 without CUDA kernels or without a GPU).");
-  m.def("cpu_isa", [] { return std::string(tileattn::cpu_isa()); },
-        "The SIMD level the CPU kernels run at: avx512, avx2 or scalar.");
+  m.def(
+      "cpu_isa", [] { return std::string(tileattn::cpu_isa()); },
+      "The SIMD level the CPU kernels run at: avx512, avx2 or scalar.");
 }
