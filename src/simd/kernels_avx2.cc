@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <immintrin.h>
 
 #define TILEATTN_SIMD_NS avx2
 #define TILEATTN_SIMD_ISA "avx2"
+#define TILEATTN_SIMD_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 namespace tileattn::detail::avx2 {
 constexpr int kW = 8;   // floats per vector
 constexpr int kMR = 6;  // micro-kernel rows
