@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh OUTDIR [STAGE...]: the GPU harness, on a machine with an NVIDIA GPU.
-#   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real)
+#   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real;
+#             SM90_FORWARD=ON selects the sm90 forward kernel, which is being validated)
 #   test      GPU tests (ctest -L cuda), then the CPU suite
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
@@ -48,7 +49,7 @@ in_time() {  # in_time STAGE: false (and noted) once the deadline has passed
 run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
-    -DTILEATTN_BUILD_BENCH=OFF
+    -DTILEATTN_BUILD_BENCH=OFF -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-OFF}"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
 }
@@ -67,6 +68,7 @@ run_sanitize() {
 run_python() {
   step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
     -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
+    -C cmake.define.TILEATTN_SM90_FORWARD="${SM90_FORWARD:-OFF}" \
     -C build-dir="$ROOT/build/python"
   step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cuda/sm80/tile_config.h"
+#include "cuda/sm90/sm90.h"
 #include "dispatch/limits.h"
 #include "dispatch/select.h"
 
@@ -14,7 +15,10 @@ std::string str(int64_t x) { return std::to_string(x); }
 }  // namespace
 
 std::string cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
-  if (kernel == Kernel::kCudaSm90) return "the sm90 kernel is not part of this build yet";
+  if (kernel == Kernel::kCudaSm90) {  // what sm80 takes, narrowed
+    if (std::string why = cuda_kernel_rejects(p, Kernel::kCudaSm80); !why.empty()) return why;
+    return sm90::rejects(p);
+  }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return std::string("dtype ") + dtype_name(p.dtype) + " is not supported on CUDA; expected fp16 or bf16";
   // Head dims are compiled for 64, 96, 128 and 256; other multiples of 8 run padded to the next.

@@ -1,0 +1,274 @@
+// kernel.cuh: the sm90 forward kernel: TMA loads into a shared-memory ring completing on
+// mbarriers, wgmma for S = Q K^T (both from shared memory) and O += P V (P from registers),
+// a producer warpgroup and two consumer warpgroups with setmaxnreg.
+//
+// Status: first version, correct-first. Not yet done (docs/kernels/sm90.md): ping-pong between
+// the consumers, softmax overlapped with the next QK^T, a persistent scheduler, TMA stores of O.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/mask.h"
+#include "common/online_softmax.h"
+#include "cuda/sm80/kernel_params.h"
+#include "cuda/sm80/ptx.h"
+#include "cuda/sm80/scores.h"
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/tma.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace tileattn::detail::sm90 {
+
+using sm80::KernelParams;
+using sm80::ScoreTransform;
+
+template <class T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (IsBf16<T>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Shared memory, carved from the 1024-aligned dynamic allocation.
+template <int kD>
+struct Smem {
+  static constexpr TileConfig kCfg = tile_config(kD);
+  uint8_t* base;
+  __device__ uint8_t* q() const { return base; }
+  __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * 2 * kCfg.kv_bytes(); }
+  __device__ uint8_t* v(int stage) const { return k(stage) + kCfg.kv_bytes(); }
+  __device__ uint64_t* barriers() const {
+    return reinterpret_cast<uint64_t*>(base + kCfg.q_bytes() + 2 * kCfg.stages * kCfg.kv_bytes());
+  }
+  // [0] Q full, [1 + s] K full, [1 + S + s] V full, [1 + 2S + s] K/V stage empty
+  __device__ uint64_t* q_full() const { return barriers(); }
+  __device__ uint64_t* k_full(int s) const { return barriers() + 1 + s; }
+  __device__ uint64_t* v_full(int s) const { return barriers() + 1 + kCfg.stages + s; }
+  __device__ uint64_t* empty(int s) const { return barriers() + 1 + 2 * kCfg.stages + s; }
+};
+
+// The CTA's work: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
+struct Work {
+  int64_t b, h, hk, m0;
+  int64_t n_begin, n_end;
+};
+
+template <int kD, class Mask>
+__device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask) {
+  constexpr TileConfig kCfg = tile_config(kD);
+  Work w;
+  const int64_t tile = blockIdx.x;
+  // Later query tiles see more keys under a causal mask: they get the lower block indices.
+  const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
+  const int64_t bh = tile / p.m_blocks;
+  w.b = bh / p.heads_q;
+  w.h = bh % p.heads_q;
+  w.hk = w.h / p.group;
+  w.m0 = m_block * kCfg.kBlockM;
+  const int64_t m1 = w.m0 + kCfg.kBlockM < p.seqlen_q ? w.m0 + kCfg.kBlockM : p.seqlen_q;
+  key_block_range(mask, w.m0, m1, kCfg.block_n, &w.n_begin, &w.n_end);
+  return w;
+}
+
+// Warpgroup 0, one thread: Q once, then K and V block by block through the ring.
+template <int kD>
+__device__ void produce(const Smem<kD>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                        const CUtensorMap* tm_v, const Work& w) {
+  constexpr TileConfig kCfg = tile_config(kD);
+  constexpr int kChunks = kD / 64;
+  tma_prefetch_descriptor(tm_q);
+  tma_prefetch_descriptor(tm_k);
+  tma_prefetch_descriptor(tm_v);
+  mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+  for (int c = 0; c < kChunks; ++c)
+    tma_load_4d(sm.q() + c * kCfg.kBlockM * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
+                static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t n = w.n_begin; n < w.n_end; ++n) {
+    mbarrier_wait(sm.empty(stage), phase ^ 1);  // a fresh barrier passes parity 1: lap 0 never waits
+    const int32_t key = static_cast<int32_t>(n * kCfg.block_n);
+    mbarrier_arrive_expect_tx(sm.k_full(stage), kCfg.kv_bytes());
+    for (int c = 0; c < kChunks; ++c)
+      tma_load_4d(sm.k(stage) + c * kCfg.block_n * 128, tm_k, sm.k_full(stage), 64 * c,
+                  static_cast<int32_t>(w.hk), key, static_cast<int32_t>(w.b));
+    mbarrier_arrive_expect_tx(sm.v_full(stage), kCfg.kv_bytes());
+    for (int c = 0; c < kChunks; ++c)
+      tma_load_4d(sm.v(stage) + c * kCfg.block_n * 128, tm_v, sm.v_full(stage), 64 * c,
+                  static_cast<int32_t>(w.hk), key, static_cast<int32_t>(w.b));
+    if (++stage == kCfg.stages) stage = 0, phase ^= 1;
+  }
+}
+
+// Max or sum over the 4 lanes of a quad (they hold the columns of the same two rows).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// A consumer warpgroup: 64 query rows. Thread (warp, g = lane / 4, q = lane % 4) holds rows
+// 16 warp + g (half 0) and + 8 (half 1); accumulator i is in half (i >> 1) & 1 and column
+// 8 (i >> 2) + 2 q + (i & 1) (HOPPER_FACTS B3).
+template <int kD, class T, class Mask>
+__device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& mask, const Work& w,
+                        int consumer) {
+  constexpr TileConfig kCfg = tile_config(kD);
+  constexpr int kN = kCfg.block_n;
+  constexpr bool kBf16 = IsBf16<T>::value;
+  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t row0 = w.m0 + 64 * consumer + 16 * warp + g;  // half 0; half 1 is row0 + 8
+  const int64_t rows_first = w.m0 + 64 * consumer, rows_last = rows_first + 63;
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  SoftmaxRow state[2];
+
+  mbarrier_wait(sm.q_full(), 0);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t n = w.n_begin; n < w.n_end; ++n) {
+    const int64_t k0 = n * kN;
+    // S = Q K^T: m64 n128, D / 16 k-steps. Q rows of this consumer start 64 rows into each chunk.
+    float s[kN / 2];
+    mbarrier_wait(sm.k_full(stage), phase);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const int c = kk / 4, within = 32 * (kk % 4);
+      const uint64_t dq = make_smem_desc(sm.q() + c * kCfg.kBlockM * 128 + consumer * 64 * 128 + within, 16, 1024);
+      const uint64_t dk = make_smem_desc(sm.k(stage) + c * kN * 128 + within, 16, 1024);
+      WgmmaOp<kN, kBf16>::template ss<0>(s, dq, dk, kk > 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands<kN / 2>(s);
+
+    // Logits t (the transform of scale, sign and softcap), masked; weights exp2(t * post - m).
+    if (p.transform == ScoreTransform::kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) s[i] = sm80::tanh_via_ex2(s[i] * p.pre);
+    } else if (p.transform == ScoreTransform::kNegate) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) s[i] = -s[i];
+    }
+    if (block_needs_mask(mask, rows_first, rows_last + 1, k0, kN)) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) {
+        const int64_t row = row0 + 8 * ((i >> 1) & 1), key = k0 + 8 * (i >> 2) + 2 * q + (i & 1);
+        if (key >= mask.seqlen_k || key < mask.lo(row) || key >= mask.hi(row)) s[i] = -INFINITY;
+      }
+    }
+    float alpha[2], base[2], block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) block_max[(i >> 1) & 1] = fmaxf(block_max[(i >> 1) & 1], s[i]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // post > 0, so the max of t times post is the max of the logits (log2 units).
+      alpha[half] = state[half].advance(quad_max(block_max[half]) * p.post, p.conditional);
+      base[half] = state[half].base();
+    }
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i >> 1) & 1];  // 1 for most blocks
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      s[i] = sm80::ex2(fmaf(s[i], p.post, -base[(i >> 1) & 1]));  // one FFMA and one MUFU
+      sum[(i >> 1) & 1] += s[i];
+    }
+    state[0].add(sum[0]);  // this thread's columns only; the quad's sum is taken at the end
+    state[1].add(sum[1]);
+
+    // P as wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
+    uint32_t pa[kN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+
+    // O += P V: m64 nD, kN / 16 k-steps; V [key][d] is the N-major B operand (64-column chunks
+    // kN * 128 bytes apart, 16 keys = 2048 bytes per k-step).
+    mbarrier_wait(sm.v_full(stage), phase);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t dv = make_smem_desc(sm.v(stage) + 2048 * kk, kN * 128, 1024);
+      WgmmaOp<kD, kBf16>::template rs<1>(o, pa[kk], dv, 1u);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands<kD / 2>(o);
+    if (tid == 0) mbarrier_arrive(sm.empty(stage));  // both GEMMs reading this stage are done
+    if (++stage == kCfg.stages) stage = 0, phase ^= 1;
+  }
+
+  // Epilogue: O / l and LSE; rows past seqlen_q are not written.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row0 + 8 * half;
+    SoftmaxRow total = state[half];
+    total.l = quad_sum(state[half].l);
+    const float inv_l = total.inv_l();
+    if (row < p.seqlen_q) {
+      T* out = static_cast<T*>(p.out) + w.b * p.o_sb + row * p.o_sl + w.h * p.o_sh;
+#pragma unroll
+      for (int i = 2 * half; i < kD / 2; i += 4) {  // accumulators i, i + 1 of this half
+        const int col = 8 * (i >> 2) + 2 * q;
+        // A row that saw no key is exactly 0, whatever the accumulators hold.
+        const float x0 = total.l == 0.0f ? 0.0f : o[i] * inv_l, x1 = total.l == 0.0f ? 0.0f : o[i + 1] * inv_l;
+        *reinterpret_cast<uint32_t*>(out + col) = pack2<T>(x0, x1);
+      }
+      if (p.lse && q == 0) p.lse[w.b * p.lse_sb + w.h * p.lse_sh + row * p.lse_sl] = total.lse();
+    }
+  }
+}
+
+template <int kD, class T, class Mask>
+__global__ void __launch_bounds__(TileConfig::kThreads, 1)
+    attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                       const __grid_constant__ CUtensorMap tm_v, const KernelParams p, const Mask mask) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr TileConfig kCfg = tile_config(kD);
+  extern __shared__ uint8_t smem_raw[];
+  const Smem<kD> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const Work w = work_of<kD>(p, mask);
+  if (threadIdx.x == 0) {
+    mbarrier_init(sm.q_full(), 1);
+    for (int s = 0; s < kCfg.stages; ++s) {
+      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.empty(s), TileConfig::kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = warpgroup_index();
+  if (wg == 0) {
+    warpgroup_reg_dealloc<24>();
+    if (threadIdx.x == 0) produce<kD>(sm, &tm_q, &tm_k, &tm_v, w);
+  } else {
+    warpgroup_reg_alloc<240>();
+    consume<kD, T>(sm, p, mask, w, wg - 1);
+  }
+#endif
+}
+
+}  // namespace tileattn::detail::sm90
