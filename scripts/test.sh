@@ -11,6 +11,9 @@ echo "== C++: configure, build, test (Release)"
 cmake --preset release
 cmake --build --preset release -j "$jobs"
 ctest --preset release
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  ctest --test-dir build/release -L cuda --output-on-failure  # the GPU tests, on a GPU
+fi
 
 echo "== C++: install, then build the example as an outside project through find_package"
 cmake --install build/release --prefix build/install >/dev/null

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -238,6 +239,41 @@ TEST(Extremes, ConditionalAndAlwaysRescaleAgree) {
   double diff = 0;
   a.out.for_each([&](const Index& idx) { diff = std::max(diff, std::abs(a.out.get(idx) - b.out.get(idx))); });
   EXPECT_LE(diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace tileattn::test
+
+namespace tileattn::test {
+namespace {
+
+// A window wider than every key is no window: it must give exactly the unbounded result (the
+// mask arithmetic once overflowed int64 for such values, in forward and oracle alike).
+TEST(Extremes, WindowsPastEveryKeyAreUnbounded) {
+  Problem p = nan_problem(70, 70, false);
+  p.options.window_left = 0;
+  p.options.window_right = -1;
+  Case c(p);
+  const Result unbounded = run_forward(c);
+  for (int64_t right : {int64_t{141}, int64_t{1} << 40, std::numeric_limits<int64_t>::max()}) {
+    Options options = p.options;
+    options.window_right = right;
+    const Result wide = run_forward(c, options);
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        ASSERT_EQ(wide.lse.get({0, h, i}), unbounded.lse.get({0, h, i})) << "right " << right << " row " << i;
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          ASSERT_EQ(wide.out.get({0, i, h, d}), unbounded.out.get({0, i, h, d})) << "right " << right;
+      }
+  }
+  Options options = p.options;
+  options.window_left = std::numeric_limits<int64_t>::max() - 1;  // and a left edge past key 0
+  options.window_right = 0;
+  Options causal = p.options;
+  causal.window_left = -1;
+  causal.causal = true;
+  const Result wide_left = run_forward(c, options), plain_causal = run_forward(c, causal);
+  for (int64_t i = 0; i < p.seqlen_q; ++i) ASSERT_EQ(wide_left.lse.get({0, 0, i}), plain_causal.lse.get({0, 0, i}));
 }
 
 }  // namespace

@@ -214,6 +214,8 @@ std::vector<BadCase> bad_cases() {
                "options.window_right", "3"});
   c.push_back(
       {"num_threads_negative", [](Args& a) { a.options.num_threads = -1; }, "options.num_threads", "-1"});
+  c.push_back({"num_threads_absurd", [](Args& a) { a.options.num_threads = 200000; }, "options.num_threads",
+               "200000"});
   c.push_back({"kernel_sm80_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm80; }, "options.kernel",
                "sm80"});
   c.push_back({"kernel_sm90_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm90; }, "options.kernel",
@@ -223,6 +225,17 @@ std::vector<BadCase> bad_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forward, BadInput, testing::ValuesIn(bad_cases()), case_name);
+
+TEST(Permuted, RepeatedIndexIsRejected) {
+  Args a;
+  try {
+    (void)a.rq.permuted({1, 1, 2, 3});
+    ADD_FAILURE() << "permuted() accepted a repeated index";
+  } catch (const tileattn::Error& e) {
+    EXPECT_EQ(e.argument(), "perm");
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+  }
+}
 
 TEST(BadRank, AboveMaxRankIsReportedWithoutReadingPastTheShape) {
   // TensorRef holds kMaxRank = 4 sizes; a message that lists a fifth read past the array.

@@ -6,6 +6,7 @@
 // The CPU kernel's tile choice, read from the library's own header (header-only, no other
 // dependency) so that the model cannot drift from the kernel it describes.
 #include "cpu/tile_config.h"
+#include "cuda/sm80/tile_config.h"
 
 namespace tileattn::cli {
 namespace {
@@ -21,7 +22,10 @@ Tiles cpu_tiles(const Shape& s, int threads) {
   return Tiles{t.block_q, t.block_k};
 }
 
-Tiles gpu_tiles(const Shape& s) { return Tiles{128, s.head_dim <= 64 ? 128 : 64}; }
+Tiles gpu_tiles(const Shape& s) {
+  const auto t = detail::sm80::tile_config(detail::sm80::padded_head_dim(s.head_dim));
+  return Tiles{t.block_m, t.block_n};
+}
 
 Traffic eager_traffic(const Shape& s, DType dtype) {
   const int64_t e = elem_bytes(dtype);

@@ -248,5 +248,5 @@ NB_MODULE(_C, m) {
         "CUDA devices visible to tileattn (0 without CUDA kernels or without a GPU).");
   m.def(
       "cpu_isa", [] { return std::string(tileattn::cpu_isa()); },
-      "The SIMD level the CPU kernels run at: avx512, avx2 or scalar.");
+      "The SIMD level the CPU kernels run at: avx512, avx2 or generic.");
 }

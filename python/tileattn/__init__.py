@@ -26,7 +26,7 @@ def cuda_device_count():
 
 
 def cpu_isa():
-    """The SIMD level the CPU kernels run at on this machine: 'avx512', 'avx2' or 'scalar'."""
+    """The SIMD level the CPU kernels run at on this machine: 'avx512', 'avx2' or 'generic'."""
     return _C.cpu_isa()
 
 

@@ -54,8 +54,11 @@ TensorRef TensorRef::permuted(std::initializer_list<int> perm) const {
     throw Error("perm", "has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
   TensorRef t = *this;
   int i = 0;
+  unsigned seen = 0;
   for (int p : perm) {
     if (p < 0 || p >= rank) throw Error("perm", "entry " + std::to_string(p) + " out of range");
+    if (seen & (1u << p)) throw Error("perm", "entry " + std::to_string(p) + " appears twice");
+    seen |= 1u << p;
     t.shape[i] = shape[p];
     t.stride[i] = stride[p];
     ++i;

@@ -160,8 +160,10 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
     return Error("options.window_right", str(options.window_right) + ", expected >= 0 or -1 (unbounded)");
   if (options.causal && options.window_right > 0)
     return Error("options.window_right", str(options.window_right) + " conflicts with causal, which sets it to 0");
-  if (options.num_threads < 0)
-    return Error("options.num_threads", str(options.num_threads) + ", expected >= 0 (0 = default)");
+  constexpr int kMaxThreads = 1024;
+  if (options.num_threads < 0 || options.num_threads > kMaxThreads)
+    return Error("options.num_threads",
+                 str(options.num_threads) + ", expected 0 (the default) to " + str(kMaxThreads));
 
   AttnParams& P = *p;
   P = AttnParams{};
@@ -188,9 +190,11 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   if (lse) P.lse_stride = Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
   P.scale = options.scale ? *options.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   P.softcap = options.softcap;
-  P.causal = options.causal;
-  P.window_left = options.window_left;
-  P.window_right = options.causal ? 0 : options.window_right;
+  // A window reaching past every key is no window; normalizing it here also keeps the mask
+  // arithmetic (i + (Lk - Lq) +- window) far from int64 overflow.
+  auto unbounded_past = [&](int64_t w) { return w > Lq + Lk ? -1 : w; };
+  P.window_left = unbounded_past(options.window_left);
+  P.window_right = options.causal ? 0 : unbounded_past(options.window_right);
   P.rescale = options.rescale;
   P.num_threads = options.num_threads;
   P.cuda_stream = options.cuda_stream;

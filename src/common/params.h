@@ -37,7 +37,6 @@ struct AttnParams {
   float softcap = 0.0f;  // 0 = off
   // Normalized mask: -1 = unbounded. causal is window_right = 0 (and left as given).
   int64_t window_left = -1, window_right = -1;
-  bool causal = false;  // kept for selection and printing; already folded into window_right
 
   Rescale rescale = Rescale::kConditional;
   int num_threads = 0;
@@ -46,5 +45,10 @@ struct AttnParams {
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };
+
+// The address of element `offset` (in elements) of a buffer of the given dtype.
+inline const char* element_ptr(const void* base, DType dtype, int64_t offset) {
+  return static_cast<const char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
+}
 
 }  // namespace tileattn::detail

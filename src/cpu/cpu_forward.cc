@@ -40,9 +40,6 @@ struct Workspace {
         base(brp), sum(brp), state(br) {}
 };
 
-const char* elem(const void* base, DType dtype, int64_t offset) {
-  return static_cast<const char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
-}
 
 template <class Mask>
 void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, const TileConfig& tile,
@@ -60,7 +57,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = b * p.q_stride.b + (q0 + r) * p.q_stride.l + h * p.q_stride.h;
-    simd.load(elem(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
+    simd.load(element_ptr(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
     for (int64_t d = 0; d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
@@ -85,10 +82,10 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
       if (!k_in_place) {
         const int64_t koff = b * p.k_stride.b + (k0 + j) * p.k_stride.l + hk * p.k_stride.h;
-        simd.load(elem(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
+        simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
       }
       const int64_t voff = b * p.v_stride.b + (k0 + j) * p.v_stride.l + hk * p.v_stride.h;
-      simd.load(elem(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
+      simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
     simd.gemm(kn, Brp, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
@@ -111,6 +108,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       if (alpha != 1.0f) simd.scale(ws.o.data() + r * Dp, Dp, alpha);
       ws.base[r] = state.base();
     }
+    std::fill(ws.base.begin() + rows, ws.base.begin() + Brp, 0.0f);  // padding columns: unused
     simd.exp2_cols(ws.st.data(), kn, Brp, Brp, ws.base.data(), ws.sum.data());
     for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
     // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
@@ -135,7 +133,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     const int64_t off = b * p.out_stride.b + (q0 + r) * p.out_stride.l + h * p.out_stride.h;
     float* o_row = ws.o.data() + r * Dp;
     if (state.l == 0.0f) std::fill_n(o_row, D, 0.0f);  // saw no key: exactly 0, whatever V holds
-    simd.store(o_row, state.inv_l(), const_cast<char*>(elem(p.out, p.out_dtype, off)), p.out_dtype,
+    simd.store(o_row, state.inv_l(), const_cast<char*>(element_ptr(p.out, p.out_dtype, off)), p.out_dtype,
                p.out_stride.d, D);
     if (p.lse) {
       const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + (q0 + r) * p.lse_stride.l;

@@ -4,34 +4,13 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "cuda/cuda_api.h"
 #include "cuda/sm80/sm80.h"
 #include "cuda/sm80/tile_config.h"
 #include "cuda/sm90/sm90.h"
 
 namespace tileattn::detail::cuda {
-namespace {
-
-// Makes the tensors' device current for the launch and restores the caller's afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    TILEATTN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) TILEATTN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
-}  // namespace
-
 bool sm90_built() {
 #if defined(TILEATTN_SM90_FORWARD)
   return true;

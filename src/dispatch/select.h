@@ -28,6 +28,8 @@ struct Selection {
 Selection select_kernel(const AttnParams& p, const DeviceCaps& caps, Kernel requested);
 
 // Shape/feature checks of a CUDA kernel; empty when it can run p (defined with the CUDA limits).
+// A reason about one tensor starts with its name and ": " ("k: strides ..."), which selection
+// turns into the error's argument.
 std::string cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
 
 }  // namespace tileattn::detail

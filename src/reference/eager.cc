@@ -23,9 +23,6 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;  // rows per parallel step
 
-const char* elem(const void* base, DType dtype, int64_t offset) {
-  return static_cast<const char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
-}
 
 // Key/value row j of a kv head as fp32: into dst[j * ld] (dst[d * ld + j] when transposed).
 void pack_kv_row(const AttnParams& p, const void* base, const Strides4& st, int64_t b, int64_t hk,
@@ -33,10 +30,10 @@ void pack_kv_row(const AttnParams& p, const void* base, const Strides4& st, int6
   const SimdKernels& simd = detail::simd();
   const int64_t D = p.head_dim, off = b * st.b + j * st.l + hk * st.h;
   if (!transpose) {
-    simd.load(elem(base, p.dtype, off), p.dtype, st.d, dst + j * ld, D, 1.0f);
+    simd.load(element_ptr(base, p.dtype, off), p.dtype, st.d, dst + j * ld, D, 1.0f);
     return;
   }
-  simd.load(elem(base, p.dtype, off), p.dtype, st.d, row, D, 1.0f);
+  simd.load(element_ptr(base, p.dtype, off), p.dtype, st.d, row, D, 1.0f);
   for (int64_t d = 0; d < D; ++d) dst[d * ld + j] = row[d];
 }
 
@@ -78,7 +75,7 @@ int64_t eager(const AttnParams& p) {
           const int64_t h = hk * g + item / blocks, i0 = (item % blocks) * kRowBlock;
           const int64_t n = std::min(kRowBlock, Lq - i0);
           for (int64_t r = 0; r < n; ++r)
-            simd.load(elem(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
+            simd.load(element_ptr(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
                       p.dtype, p.q_stride.d, q.data() + r * D, D, p.scale);
           simd.gemm(n, Lkp, D, q.data(), D, 1, packed.data(), Lkp, s.data(), Lkp, false);
           for (int64_t r = 0; r < n; ++r)
@@ -127,7 +124,7 @@ int64_t eager(const AttnParams& p) {
           simd.gemm(n, Dp, Lk, pr.data(), Lkp, 1, packed.data(), Dp, o.data(), Dp, false);
           for (int64_t r = 0; r < n; ++r)
             simd.store(o.data() + r * Dp, 1.0f,
-                       const_cast<char*>(elem(p.out, p.out_dtype,
+                       const_cast<char*>(element_ptr(p.out, p.out_dtype,
                                               b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),
                        p.out_dtype, p.out_stride.d, D);
         }

@@ -30,7 +30,7 @@ step() {  # step NAME TIMEOUT_S LOG command...
 # CMake < 3.26 does not know nvcc's C++20 flag; tell it (harmless on newer CMake).
 step configure 120 "$OUT/configure.log" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTILEATTN_CUDA=ON -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TOOLS=OFF \
-  -DTILEATTN_BUILD_BENCH=OFF -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_SM80_TUNE="${TUNE:-OFF}" \
+  -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_SM80_TUNE="${TUNE:-OFF}" \
   -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 ||
   status=1
 targets=(tileattn_cuda_tests sanitize_small time_fwd)

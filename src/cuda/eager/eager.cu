@@ -10,11 +10,14 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/mask.h"
 #include "common/online_softmax.h"
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "cuda/cuda_api.h"
 #include "cuda/eager/cublas_handle.h"
 
@@ -104,7 +107,7 @@ int64_t run(const AttnParams& p) {
   const int64_t batches = B * H, sp_elems = batches * Lq * Lk;
   if (batches == 0 || Lq == 0) return 0;
   cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
-  TILEATTN_CUDA_CHECK(cudaSetDevice(p.device_index));
+  DeviceGuard guard(p.device_index);
   cublasHandle_t handle = cublas_handle(p.device_index);
   TILEATTN_CUBLAS_CHECK(cublasSetStream(handle, stream));
 
@@ -170,8 +173,18 @@ int64_t run(const AttnParams& p) {
 }  // namespace
 
 int64_t eager(const AttnParams& p) {
-  if (p.q_stride.d != 1 || p.k_stride.d != 1 || p.v_stride.d != 1 || p.out_stride.d != 1)
-    throw Error("q", "eager on CUDA needs a contiguous head_dim (stride 1) in q, k, v and out");
+  // cuBLAS takes 32-bit leading dimensions, nonzero, and at least one key.
+  const std::pair<const char*, const Strides4*> tensors[] = {
+      {"q", &p.q_stride}, {"k", &p.k_stride}, {"v", &p.v_stride}, {"out", &p.out_stride}};
+  for (auto [name, st] : tensors) {
+    if (st->d != 1) throw Error(name, "head_dim stride is " + std::to_string(st->d) + "; eager on CUDA needs 1");
+    if (st->l < 1 || st->l > INT32_MAX)
+      throw Error(name, "sequence stride " + std::to_string(st->l) + " is outside 1..2^31-1 (eager on CUDA)");
+  }
+  if (p.seqlen_k == 0) throw Error("k", "seqlen_k is 0; eager on CUDA needs at least one key");
+  if (p.seqlen_q > INT32_MAX || p.seqlen_k > INT32_MAX || p.batch * p.heads_q > INT32_MAX)
+    throw Error("q", "batch * heads " + std::to_string(p.batch * p.heads_q) + " or a sequence length is past " +
+                         "2^31 - 1, which eager on CUDA (cuBLAS, 32-bit sizes) cannot take");
   switch (p.dtype) {
     case DType::kFloat32: return run<float>(p);
     case DType::kFloat16: return run<__half>(p);

@@ -28,7 +28,10 @@ __device__ __forceinline__ void store_o(const float (&o)[kM][kDT][4], const floa
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * i + 8 * h + g;
-        const uint32_t packed = pack2<T>(o[i][j][2 * h] * inv_l[i][h], o[i][j][2 * h + 1] * inv_l[i][h]);
+        // inv_l = 0 marks a row that saw no key: exactly 0, even if a V in its blocks held NaN.
+        const bool empty = inv_l[i][h] == 0.0f;
+        const uint32_t packed = pack2<T>(empty ? 0.0f : o[i][j][2 * h] * inv_l[i][h],
+                                         empty ? 0.0f : o[i][j][2 * h + 1] * inv_l[i][h]);
         *reinterpret_cast<uint32_t*>(s_rows + swizzled<kRowBytes>(r, j) + 4 * t) = packed;
       }
   __syncwarp();
