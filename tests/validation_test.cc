@@ -214,6 +214,14 @@ std::vector<BadCase> bad_cases() {
                "options.window_right", "3"});
   c.push_back(
       {"num_threads_negative", [](Args& a) { a.options.num_threads = -1; }, "options.num_threads", "-1"});
+  c.push_back({"k_stride_past_int64", [](Args& a) { a.rk.stride[0] = int64_t{1} << 62; }, "k",
+               std::to_string(int64_t{1} << 62)});
+  c.push_back({"v_shape_past_2_60",
+               [](Args& a) {
+                 a.rv.shape[1] = int64_t{1} << 58;
+                 a.rv.stride[1] = 0;
+               },
+               "v", "2^60"});
   c.push_back({"num_threads_absurd", [](Args& a) { a.options.num_threads = 200000; }, "options.num_threads",
                "200000"});
   c.push_back({"kernel_sm80_on_cpu", [](Args& a) { a.options.kernel = Kernel::kCudaSm80; }, "options.kernel",

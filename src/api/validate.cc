@@ -30,6 +30,20 @@ std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, 
       return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) +
                              " is negative; strides must be >= 0");
   }
+  // The view's extent in elements must fit int64 (and so every offset computed from it).
+  int64_t extent = 0, count = 1;
+  for (int d = 0; d < rank; ++d)
+    if (t.shape[d] == 0) return std::nullopt;  // empty: nothing is addressed
+  for (int d = 0; d < rank; ++d) {
+    if (t.shape[d] > (int64_t{1} << 60) / count)
+      return Error(name, "shape " + shape_string(t) + " has more than 2^60 elements");
+    count *= t.shape[d];
+    const int64_t span = t.shape[d] - 1;
+    if (span > 0 && t.stride[d] > (INT64_MAX / 8 - extent) / span)
+      return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) + " with size " + str(t.shape[d]) +
+                             " addresses past 2^60 elements");
+    extent += span * t.stride[d];
+  }
   if (t.numel() > 0 && t.data == nullptr) return Error(name, "data is null for shape " + shape_string(t));
   return std::nullopt;
 }
