@@ -1,5 +1,6 @@
 """The public functions: attention, eager, reference, flash_attn_func."""
 
+import math
 import numbers
 import operator
 
@@ -35,10 +36,16 @@ def _check_options(causal, scale, window, softcap):
         raise argument_error(
             TypeError, "window", f"expected a pair (left, right) of ints, got {window!r}"
         ) from None
+    for i, w in enumerate((left, right)):
+        # The core takes int64; any window past every key means "unbounded" there.
+        if not -(2**63) <= w < 2**63:
+            raise argument_error(ValueError, f"window[{i}]", f"{w} does not fit a 64-bit integer")
     if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool):
         raise argument_error(
             TypeError, "softcap", f"expected a float, got {_arrays.type_name(softcap)} {softcap!r}"
         )
+    if scale is not None and math.isfinite(scale) and abs(scale) > float(np.finfo(np.float32).max):
+        raise argument_error(ValueError, "scale", f"{scale!r} overflows float32, the precision it is used in")
     return dict(
         causal=bool(causal),
         scale=None if scale is None else float(scale),

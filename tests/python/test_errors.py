@@ -81,6 +81,8 @@ Q, K, V = qkv()
         ((Q, K, V), {"softcap": -1.0}, ValueError, r"^softcap: -1, expected a finite value >= 0"),
         ((Q, K, V), {"window": (-2, 0)}, ValueError, r"^window\[0\]: -2, expected >= 0 or -1"),
         ((Q, K, V), {"window": (0, -7)}, ValueError, r"^window\[1\]: -7, expected >= 0 or -1"),
+        ((Q, K, V), {"window": (0, 2**63)}, ValueError, r"^window\[1\]: 9223372036854775808 does not fit"),
+        ((Q, K, V), {"scale": 1e300}, ValueError, r"^scale: 1e\+300 overflows float32"),
         (
             (Q, K, V),
             {"causal": True, "window": (4, 3)},
