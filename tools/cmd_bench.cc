@@ -1,5 +1,6 @@
 // cmd_bench.cc: `tileattn bench`: a sweep over sequence lengths, head dims and causal, per
 // implementation: median time, GFLOP/s, tiled/eager, optionally % of the measured FMA peak; JSON out.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -23,7 +24,7 @@ struct BenchArgs {
   std::string causal = "both";
   std::vector<std::string> impls = {"tiled", "eager"};
   int64_t batch = 1, heads = 8, kv_heads = 0;
-  std::string dtype, device = "auto", out, commit;
+  std::string dtype, device = "auto", out, commit, kernel = "auto";
   int reps = 0, warmup = -1, threads = 0;  // 0 and -1: per device (see add_bench)
   bool peak = false;
 };
@@ -55,7 +56,16 @@ int run_bench(const BenchArgs& a) {
   if (a.causal != "on") causal_modes.push_back(false);
   if (a.causal != "off") causal_modes.push_back(true);
   std::vector<Impl> impls;
-  for (const auto& name : a.impls) impls.push_back(name == "tiled" ? Impl::kTiled : Impl::kEager);
+  for (const auto& name : a.impls) {
+    const Impl impl = name == "tiled" ? Impl::kTiled : Impl::kEager;
+    if (std::find(impls.begin(), impls.end(), impl) != impls.end())
+      throw CLI::ValidationError("--impl", name + " is listed twice");
+    impls.push_back(impl);
+  }
+  const Kernel kernel = a.kernel == "cpu"    ? Kernel::kCpuTiled
+                        : a.kernel == "sm80" ? Kernel::kCudaSm80
+                        : a.kernel == "sm90" ? Kernel::kCudaSm90
+                                             : Kernel::kAuto;
 
   std::optional<FmaPeak> peak;
   if (a.peak) {
@@ -98,6 +108,7 @@ int run_bench(const BenchArgs& a) {
         Options options;
         options.causal = causal;
         options.num_threads = a.threads;
+        options.kernel = kernel;  // the tiled path's kernel (eager ignores it)
         std::vector<Measurement> rows;
         for (Impl impl : impls) {
           Measurement m;
@@ -161,6 +172,7 @@ int run_bench(const BenchArgs& a) {
                      {"heads_q", a.heads},
                      {"heads_kv", a.kv_heads > 0 ? a.kv_heads : a.heads},
                      {"dtype", dtype_name(dtype)},
+                     {"kernel", a.kernel},
                      {"reps", reps},
                      {"warmup", warmup},
                      {"flops", "4*B*Hq*Lq*Lk*D, halved when causal"}};
@@ -214,6 +226,9 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--kv-heads", args->kv_heads, "key/value heads (default: --heads)")->check(positive_int());
   add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16 (default: fp32 on the CPU, bf16 on a GPU)");
   add_device_flag(*sub, &args->device, true);
+  sub->add_option("--kernel", args->kernel, "the tiled kernel: auto, cpu, sm80 or sm90")
+      ->check(one_of({"auto", "cpu", "sm80", "sm90"}))
+      ->capture_default_str();
   add_threads_flag(*sub, &args->threads);
   sub->add_option("--reps", args->reps, "timed calls per row, the median is shown (default: 3 CPU, 20 GPU)")
       ->check(positive_int());

@@ -70,6 +70,7 @@ def sdpa(backend):
 IMPLS = {
     "tileattn": lambda q, k, v, c: tileattn.attention(q, k, v, causal=c),
     "tileattn_eager": lambda q, k, v, c: tileattn.eager(q, k, v, causal=c),
+    "tileattn_sm80": None,  # only through the CLI (--sm80-peer)
     # With --tileattn-cli these two are timed by `tileattn bench --device cuda` on its own
     # random inputs of the same shape (same method: CUDA events, median after warm-up).
     "torch_eager": torch_eager,
@@ -79,16 +80,16 @@ IMPLS = {
 }
 
 
-def cli_times(cli, shape, warmup, reps):
-    """(impl, causal) -> median ms from `tileattn bench --device cuda` for one shape."""
+def cli_times(cli, shape, warmup, reps, kernel="auto", impls="tiled,eager", names=None):
+    """impl name -> the row of `tileattn bench --device cuda` for one shape."""
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
         subprocess.run([cli, "bench", "--device", "cuda", "--dtype", "bf16", "--seqlens", str(shape["L"]),
                         "--head-dims", str(shape["D"]), "--batch", str(shape["B"]), "--heads", str(shape["H"]),
-                        "--causal", "on" if shape["causal"] else "off", "--impl", "tiled,eager",
+                        "--causal", "on" if shape["causal"] else "off", "--impl", impls, "--kernel", kernel,
                         "--warmup", str(warmup), "--reps", str(reps), "--out", tmp.name],
                        check=True, capture_output=True, timeout=300)
         rows = json.load(open(tmp.name))["rows"]
-    names = {"tiled": "tileattn", "eager": "tileattn_eager"}
+    names = names or {"tiled": "tileattn", "eager": "tileattn_eager"}
     return {names[r["impl"]]: r for r in rows}
 
 
@@ -106,16 +107,20 @@ def main():
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--impls", default=",".join(k for k in IMPLS if k != "tileattn_sm80"))
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default="")
     ap.add_argument("--commit", default=os.environ.get("TILEATTN_COMMIT", ""))
     ap.add_argument("--tileattn-cli", default="", help="time tileattn through this `tileattn` binary")
+    ap.add_argument("--sm80-peer", action="store_true",
+                    help="with --tileattn-cli: also time the sm80 kernel by name (tileattn_sm80)")
     args = ap.parse_args()
     args.seqlens = [int(x) for x in args.seqlens.split(",")]
     args.head_dims = [int(x) for x in args.head_dims.split(",")]
     impls = args.impls.split(",")
+    if args.sm80_peer and "tileattn_sm80" not in impls:
+        impls.insert(1, "tileattn_sm80")
 
     torch.manual_seed(0)
     rows = []
@@ -125,6 +130,9 @@ def main():
         flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
         reference = None
         from_cli = cli_times(args.tileattn_cli, shape, args.warmup, args.reps) if args.tileattn_cli else {}
+        if args.tileattn_cli and args.sm80_peer:
+            from_cli.update(cli_times(args.tileattn_cli, shape, args.warmup, args.reps, "sm80", "tiled",
+                                      {"tiled": "tileattn_sm80"}))
         for name in impls:
             fn = IMPLS[name]
             row = dict(shape, impl=name)
@@ -186,7 +194,7 @@ def print_table(rows, impls):
     by = {}
     for r in rows:
         by.setdefault((r["D"], r["L"], r["B"], r["H"], r["causal"]), {})[r["impl"]] = r.get("tflops")
-    short = {"tileattn": "ours", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+    short = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
              "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN"}
     head = f"{'D':>3} {'L':>5} {'B':>2} {'H':>2} {'c':>1} " + " ".join(f"{short[i]:>11}" for i in impls)
     head += "  ours/FLASH ours/CUDNN"
