@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -161,6 +163,48 @@ TEST(Mask, CausalEqualsWindowWithRightZero) {
         }
       }
     }
+}
+
+// The GPU kernels' forms of the same masks: the band (per-element test), the key blocks a query
+// tile visits, and which of those need per-element masking, against brute force.
+template <class Mask>
+void check_band_and_blocks(const Mask& mask, int64_t lq, int64_t lk, int64_t left, int64_t right) {
+  const detail::Band band = mask.band();
+  for (int64_t i = 0; i < lq; ++i)
+    for (int64_t j = 0; j < lk; ++j)
+      ASSERT_EQ(i + band.lo_diag <= j && j < i + band.hi_diag, brute_sees(lq, lk, left, right, i, j))
+          << "band, row " << i << " key " << j;
+  for (int64_t block_q : {16, 64})
+    for (int64_t block_k : {16, 48})
+      for (int64_t q0 = 0; q0 < lq; q0 += block_q) {
+        const int64_t q1 = std::min(lq, q0 + block_q);
+        int64_t n_begin = 0, n_end = 0;
+        detail::key_block_range(mask, q0, q1, block_k, &n_begin, &n_end);
+        for (int64_t n = 0; n * block_k < lk; ++n) {
+          bool any = false, all = true;
+          for (int64_t i = q0; i < q1; ++i)
+            for (int64_t j = n * block_k; j < (n + 1) * block_k; ++j) {
+              const bool sees = j < lk && brute_sees(lq, lk, left, right, i, j);
+              any = any || sees;
+              all = all && sees;
+            }
+          // Every block with a visible key is visited; a visited block that is not entirely
+          // visible is flagged for masking.
+          if (any) ASSERT_TRUE(n >= n_begin && n < n_end) << "block " << n << " of tile " << q0;
+          if (n >= n_begin && n < n_end && !all)
+            ASSERT_TRUE(detail::block_needs_mask(mask, q0, q1, n * block_k, block_k))
+                << "block " << n << " of tile " << q0 << " needs a mask";
+        }
+      }
+}
+
+TEST(Mask, BandsAndBlockTripCountsMatchBruteForce) {
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{37, 37}, {20, 75}, {75, 20}, {1, 50}, {50, 1}}) {
+    check_band_and_blocks(NoMask{lk}, lq, lk, -1, -1);
+    check_band_and_blocks(CausalMask{lk, lk - lq}, lq, lk, -1, 0);
+    for (auto [left, right] : {std::pair<int64_t, int64_t>{0, 0}, {5, -1}, {-1, 7}, {3, 11}, {100, 2}})
+      check_band_and_blocks(WindowMask{lk, lk - lq, left, right}, lq, lk, left, right);
+  }
 }
 
 }  // namespace
