@@ -29,10 +29,16 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
+// A wait that lasts 2^31 cycles (about a second) is a pipeline bug (a wrong parity, a lost
+// arrival): the kernel traps, so the launch fails with an error instead of hanging the GPU.
+// A 32-bit clock keeps the check to one register.
+inline constexpr uint32_t kHangCycles = 1u << 31;
+
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, so
 // waiting on parity 1 returns at once: producers start their ring at parity 1.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
+  const uint32_t start = static_cast<uint32_t>(clock());
   do {
     asm volatile(
         "{\n"
@@ -43,6 +49,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "=r"(done)
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
+    if (!done && static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();
   } while (!done);
 }
 

@@ -171,10 +171,18 @@ __device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& m
       for (int i = 0; i < kN / 2; ++i) s[i] = -s[i];
     }
     if (block_needs_mask(mask, rows_first, rows_last + 1, k0, kN)) {
+      // Each of the thread's two rows sees columns [lo, hi) of this block (hi() stops at Lk).
+      int lo[2], hi[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = row0 + 8 * half;
+        lo[half] = static_cast<int>(imin(kN, imax(0, mask.lo(row) - k0)));
+        hi[half] = static_cast<int>(imin(kN, imax(0, mask.hi(row) - k0)));
+      }
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) {
-        const int64_t row = row0 + 8 * ((i >> 1) & 1), key = k0 + 8 * (i >> 2) + 2 * q + (i & 1);
-        if (key >= mask.seqlen_k || key < mask.lo(row) || key >= mask.hi(row)) s[i] = -INFINITY;
+        const int col = 8 * (i >> 2) + 2 * q + (i & 1), half = (i >> 1) & 1;
+        if (col < lo[half] || col >= hi[half]) s[i] = -INFINITY;
       }
     }
     float alpha[2], base[2], block_max[2] = {-INFINITY, -INFINITY};
@@ -261,11 +269,13 @@ __global__ void __launch_bounds__(TileConfig::kThreads, 1)
   }
   __syncthreads();
   const int wg = warpgroup_index();
+  // 128 x 40 + 256 x 232 = 64512 of the SM's 65536 registers. The producer thread keeps the
+  // work, three tensor-map addresses and the ring state live; at 24 it spilled.
   if (wg == 0) {
-    warpgroup_reg_dealloc<24>();
+    warpgroup_reg_dealloc<40>();
     if (threadIdx.x == 0) produce<kD>(sm, &tm_q, &tm_k, &tm_v, w);
   } else {
-    warpgroup_reg_alloc<240>();
+    warpgroup_reg_alloc<232>();
     consume<kD, T>(sm, p, mask, w, wg - 1);
   }
 #endif
