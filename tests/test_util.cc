@@ -41,14 +41,6 @@ uint64_t sentinel_bits(DType dtype) {
   return 0;
 }
 
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
 std::string number_name(double x) {
   std::ostringstream os;
   os << x;
@@ -65,58 +57,9 @@ std::string window_name(int64_t x) { return x < 0 ? "inf" : std::to_string(x); }
 
 }  // namespace
 
-double read_element(const std::byte* p, DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kFloat64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DType::kFloat16: {
-      _Float16 h;
-      std::memcpy(&h, p, 2);
-      return static_cast<double>(h);
-    }
-    case DType::kBFloat16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      const uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-  }
-  return 0.0;
-}
-
-void write_element(std::byte* p, DType dtype, double x) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      const float f = static_cast<float>(x);
-      std::memcpy(p, &f, 4);
-      break;
-    }
-    case DType::kFloat64:
-      std::memcpy(p, &x, 8);
-      break;
-    case DType::kFloat16: {
-      const _Float16 h = static_cast<_Float16>(x);  // one rounding, straight from double
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case DType::kBFloat16: {
-      // Test inputs are rounded to fp32 first; that double rounding is harmless for inputs.
-      const uint16_t h = float_to_bf16_bits(static_cast<float>(x));
-      std::memcpy(p, &h, 2);
-      break;
-    }
-  }
-}
+// The library's own conversions (round to nearest even; NaN stays NaN).
+double read_element(const std::byte* p, DType dtype) { return element_as_double(p, dtype, 0); }
+void write_element(std::byte* p, DType dtype, double x) { set_element(p, dtype, 0, x); }
 
 const char* layout_name(Layout layout) {
   switch (layout) {
