@@ -135,7 +135,7 @@ int64_t run(const AttnParams& p) {
   TILEATTN_CUDA_CHECK(cudaMemcpyAsync(ptr_buf.ptr, host_ptrs.data(), host_ptrs.size() * sizeof(void*),
                                       cudaMemcpyHostToDevice, stream));
   const void** dptrs = static_cast<const void**>(ptr_buf.ptr);
-  // P's pointers are S's shifted by the distance between the two buffers: reuse by offset.
+  // P's rows, for the second GEMM's A operand.
   std::vector<const void*> p_ptrs(batches);
   for (int64_t i = 0; i < batches; ++i) p_ptrs[i] = prob + i * Lq * Lk;
   DeviceBuffer pptr_buf(batches * sizeof(void*), stream);
