@@ -3,6 +3,7 @@
 #   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real;
 #             SM90_FORWARD=ON selects the sm90 forward kernel, which is being validated)
 #   test      GPU tests (ctest -L cuda), then the CPU suite
+#   gputest   the GPU tests alone
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
 #   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
@@ -53,9 +54,14 @@ run_build() {
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
 }
-run_test() {
+run_gputest() {
   step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 3
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$LOG" | head -12 >>"$SUMMARY"
+  grep -E "^\[  FAILED  \]" "$LOG" | sort -u | head -24 >>"$SUMMARY"
+}
+run_test() {
+  run_gputest
   step ctest-cpu 240 ctest --test-dir "$BUILD" -LE cuda --output-on-failure -j "$(nproc)"
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
