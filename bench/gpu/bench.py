@@ -5,7 +5,7 @@ with CUDA events: median of --reps calls after --warmup calls. TFLOP/s counts 4*
 halved for causal. Writes JSON (--out) and prints a table with ratios to SDPA FLASH and CUDNN.
 
 The sweep is the FlashAttention papers': hidden 2048 (H = 2048 / D), B = 16384 / L,
-L = 512..16384, D in {64, 128} (and more with --head-dims), causal off and on; plus the seed's
+L = 512..16384, D in {64, 128, 256} (others with --head-dims), causal off and on; plus the seed's
 shape B=1, H=32, L=2048, D=128.
 """
 import argparse
@@ -104,7 +104,7 @@ def shapes(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--impls", default=",".join(k for k in IMPLS if k != "tileattn_sm80"))

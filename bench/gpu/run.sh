@@ -6,6 +6,7 @@
 #   gputest   the GPU tests alone
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
+#   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it)
 #   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
 #             plot.py (PNGs); tileattn is timed through the CLI
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
@@ -50,7 +51,7 @@ in_time() {  # in_time STAGE: false (and noted) once the deadline has passed
 run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
-    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-OFF}"
+    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-OFF}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
 }
@@ -78,6 +79,10 @@ run_python() {
     -C build-dir="$ROOT/build/python"
   step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
+}
+run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
+  step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" 2048 8192
+  awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
 }
 run_bench() {
   # tileattn through the CLI (the package's GPU path is what pytest checks); with the sm90

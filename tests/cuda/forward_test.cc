@@ -222,7 +222,14 @@ TEST(ForwardCuda, Selection) {
     return TensorRef::contiguous(static_cast<char*>(d) + (slot << 20), DType::kBFloat16, {1, 64, h, dim},
                                  Device::cuda(0));
   };
+  // Auto picks sm90 wherever it is selectable (an sm_90 GPU, a build with it), else sm80.
+  Options sm90;
+  sm90.kernel = Kernel::kCudaSm90;
+  const bool hopper = supported(ref(0, 2, 64), ref(1, 1, 64), ref(2, 1, 64), ref(3, 2, 64), nullptr, sm90).ok;
   Support s = supported(ref(0, 2, 64), ref(1, 1, 64), ref(2, 1, 64), ref(3, 2, 64), nullptr);
+  EXPECT_TRUE(s.ok) << s.reason;
+  EXPECT_EQ(s.kernel, hopper ? Kernel::kCudaSm90 : Kernel::kCudaSm80);
+  s = supported(ref(0, 2, 72), ref(1, 1, 72), ref(2, 1, 72), ref(3, 2, 72), nullptr);  // sm80 pads 72
   EXPECT_TRUE(s.ok) << s.reason;
   EXPECT_EQ(s.kernel, Kernel::kCudaSm80);
   s = supported(ref(0, 2, 264), ref(1, 1, 264), ref(2, 1, 264), ref(3, 2, 264), nullptr);

@@ -48,7 +48,7 @@ std::vector<Problem> cases() {
   std::vector<Problem> out;
   const std::vector<std::pair<int64_t, int64_t>> lengths = {
       {1, 1}, {17, 203}, {128, 128}, {113, 1025}, {1023, 1025}, {1025, 63}, {256, 4096}, {2048, 2048}};
-  for (int64_t d : {64, 128})
+  for (int64_t d : {64, 128, 256})
     for (DType dtype : {DType::kBFloat16, DType::kFloat16})
       for (auto [lq, lk] : lengths)
         for (int mask = 0; mask < 4; ++mask) {

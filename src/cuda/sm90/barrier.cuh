@@ -30,15 +30,18 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 }
 
 // A wait that lasts 2^31 cycles (about a second) is a pipeline bug (a wrong parity, a lost
-// arrival): the kernel traps, so the launch fails with an error instead of hanging the GPU.
-// A 32-bit clock keeps the check to one register.
+// arrival): with kTrap the kernel traps, so the launch fails with an error instead of hanging
+// the GPU. A 32-bit clock keeps the check to one register. Consumer warpgroups wait without it:
+// a trap in their code makes ptxas serialize the wgmmas and spill (measured with nvcc 13.0). A
+// stuck consumer mostly leaves the producer stuck on "empty" too, and its wait traps.
 inline constexpr uint32_t kHangCycles = 1u << 31;
 
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, so
 // waiting on parity 1 returns at once: producers start their ring at parity 1.
+template <bool kTrap = true>
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
-  const uint32_t start = static_cast<uint32_t>(clock());
+  const uint32_t start = kTrap ? static_cast<uint32_t>(clock()) : 0u;
   do {
     asm volatile(
         "{\n"
@@ -49,7 +52,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "=r"(done)
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
-    if (!done && static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();
+    if (kTrap && !done && static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();
   } while (!done);
 }
 

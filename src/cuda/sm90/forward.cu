@@ -1,52 +1,22 @@
-// forward.cu: host side of the sm90 forward: TMA tensor maps over the [B, L, H, D] tensors,
-// the kernel's parameters, the launch. Instantiations: D in {64, 128} x {bf16, fp16} x
-// {NoMask, WindowMask}; compiled for sm_90a only (other targets get empty kernels).
+// forward.cu: the sm90 forward's dispatch over head dim, dtype and mask. Instantiations: D in
+// {64, 128, 256} x {bf16, fp16} x {NoMask, WindowMask}, compiled for sm_90a only (other
+// targets get empty kernels).
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "cuda/check.h"
-#include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/launch.cuh"
 #include "cuda/sm90/sm90.h"
-#include "cuda/sm90/tensor_map.h"
 
 namespace tileattn::detail::sm90 {
 namespace {
 
-// A 4-D map over a [B, L, H, D] tensor (D contiguous), innermost first: box = 64 head-dim
-// elements (one 128-byte swizzle row) x 1 head x `rows` positions x 1 batch.
-CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64_t batch, int64_t len, int64_t heads,
-                   int64_t head_dim, uint32_t rows) {
-  const uint64_t dims[4] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(heads),
-                            static_cast<uint64_t>(len), static_cast<uint64_t>(batch)};
-  const uint64_t strides[3] = {static_cast<uint64_t>(st.h) * 2, static_cast<uint64_t>(st.l) * 2,
-                               static_cast<uint64_t>(st.b) * 2};
-  const uint32_t box[4] = {64, 1, rows, 1};
-  return make_tensor_map_16bit(base, bf16, 4, dims, strides, box, true);
-}
-
-template <int kD, class T, class Mask>
-void launch(const AttnParams& p, const Mask& mask) {
-  constexpr TileConfig kCfg = tile_config(kD);
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  const CUtensorMap tm_q = map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kD, TileConfig::kBlockM);
-  const CUtensorMap tm_k = map_of(p.k, bf16, p.k_stride, p.batch, p.seqlen_k, p.heads_kv, kD, kCfg.block_n);
-  const CUtensorMap tm_v = map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kD, kCfg.block_n);
-  const sm80::KernelParams kp = sm80::make_kernel_params(p, TileConfig::kBlockM, mask.band());
-  const int64_t ctas = kp.m_blocks * p.heads_q * p.batch;
-  auto* kernel = &attention_fwd_sm90<kD, T, Mask>;
-  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
-  kernel<<<dim3(static_cast<unsigned>(ctas)), TileConfig::kThreads, kCfg.smem_bytes(),
-           static_cast<cudaStream_t>(p.cuda_stream)>>>(tm_q, tm_k, tm_v, kp, mask);
-  TILEATTN_CUDA_CHECK_LAUNCH();
-}
-
 template <int kD, class T>
 void launch_masked(const AttnParams& p) {
   if (!p.has_window())
-    launch<kD, T>(p, NoMask{p.seqlen_k});
+    launch<DefaultConfig<kD>, T>(p, NoMask{p.seqlen_k});
   else
-    launch<kD, T>(p, WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
+    launch<DefaultConfig<kD>, T>(p, WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
 }
 
 template <int kD>
@@ -66,6 +36,8 @@ void forward(const AttnParams& p) {
     forward_hdim<64>(p);
   else if (p.head_dim == 128)
     forward_hdim<128>(p);
+  else if (p.head_dim == 256)
+    forward_hdim<256>(p);
   else
     throw RuntimeError("sm90: head_dim " + std::to_string(p.head_dim) + " has no kernel");
 }

@@ -1,9 +1,8 @@
-// kernel.cuh: the sm90 forward kernel: TMA loads into a shared-memory ring completing on
-// mbarriers, wgmma for S = Q K^T (both from shared memory) and O += P V (P from registers),
-// a producer warpgroup and two consumer warpgroups with setmaxnreg.
-//
-// Status: first version, correct-first. Not yet done (docs/kernels/sm90.md): ping-pong between
-// the consumers, softmax overlapped with the next QK^T, a persistent scheduler, TMA stores of O.
+// kernel.cuh: the sm90 forward kernel: TMA loads into K and V rings completing on mbarriers,
+// wgmma for S = Q K^T (both from shared memory) and O += P V (P from registers), a producer
+// warpgroup and two or three consumer warpgroups with setmaxnreg. Inside a consumer the
+// softmax of block j runs while P V of block j - 1 is on the tensor cores; across consumers,
+// turns on named barriers make one's softmax run under the other's GEMMs (docs/kernels/sm90.md).
 #pragma once
 
 #include <cuda.h>
@@ -42,22 +41,33 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// Shared memory, carved from the 1024-aligned dynamic allocation.
-template <int kD>
+// Shared memory, carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring,
+// then the barriers.
+template <class Cfg>
 struct Smem {
-  static constexpr TileConfig kCfg = tile_config(kD);
+  static constexpr TileConfig kCfg = Cfg::kCfg;
   uint8_t* base;
   __device__ uint8_t* q() const { return base; }
-  __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * 2 * kCfg.kv_bytes(); }
-  __device__ uint8_t* v(int stage) const { return k(stage) + kCfg.kv_bytes(); }
+  __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * kCfg.kv_bytes(); }
+  __device__ uint8_t* v(int stage) const { return k(kCfg.stages + stage); }
   __device__ uint64_t* barriers() const {
     return reinterpret_cast<uint64_t*>(base + kCfg.q_bytes() + 2 * kCfg.stages * kCfg.kv_bytes());
   }
-  // [0] Q full, [1 + s] K full, [1 + S + s] V full, [1 + 2S + s] K/V stage empty
+  // [0] Q full; per stage s: K full, V full (the loads landed), K empty, V empty (released).
   __device__ uint64_t* q_full() const { return barriers(); }
   __device__ uint64_t* k_full(int s) const { return barriers() + 1 + s; }
   __device__ uint64_t* v_full(int s) const { return barriers() + 1 + kCfg.stages + s; }
-  __device__ uint64_t* empty(int s) const { return barriers() + 1 + 2 * kCfg.stages + s; }
+  __device__ uint64_t* k_empty(int s) const { return barriers() + 1 + 2 * kCfg.stages + s; }
+  __device__ uint64_t* v_empty(int s) const { return barriers() + 1 + 3 * kCfg.stages + s; }
+};
+
+// Key block j of the CTA's range sits in ring stage j % stages; the phase flips every lap.
+template <class Cfg>
+struct Slot {
+  int stage;
+  uint32_t phase;
+  __device__ explicit Slot(int64_t j)
+      : stage(static_cast<int>(j % Cfg::kCfg.stages)), phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
 };
 
 // The CTA's work: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
@@ -66,9 +76,9 @@ struct Work {
   int64_t n_begin, n_end;
 };
 
-template <int kD, class Mask>
+template <class Cfg, class Mask>
 __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask) {
-  constexpr TileConfig kCfg = tile_config(kD);
+  constexpr TileConfig kCfg = Cfg::kCfg;
   Work w;
   const int64_t tile = blockIdx.x;
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
@@ -77,39 +87,45 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask)
   w.b = bh / p.heads_q;
   w.h = bh % p.heads_q;
   w.hk = w.h / p.group;
-  w.m0 = m_block * kCfg.kBlockM;
-  const int64_t m1 = w.m0 + kCfg.kBlockM < p.seqlen_q ? w.m0 + kCfg.kBlockM : p.seqlen_q;
+  w.m0 = m_block * kCfg.block_m();
+  const int64_t m1 = w.m0 + kCfg.block_m() < p.seqlen_q ? w.m0 + kCfg.block_m() : p.seqlen_q;
   key_block_range(mask, w.m0, m1, kCfg.block_n, &w.n_begin, &w.n_end);
   return w;
 }
 
-// Warpgroup 0, one thread: Q once, then K and V block by block through the ring.
-template <int kD>
-__device__ void produce(const Smem<kD>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+// Warpgroup 0, one thread: Q once, then K and V block by block. K runs one block ahead of V
+// (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
+template <class Cfg>
+__device__ void produce(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                         const CUtensorMap* tm_v, const Work& w) {
-  constexpr TileConfig kCfg = tile_config(kD);
-  constexpr int kChunks = kD / 64;
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  constexpr int kChunks = kCfg.head_dim / 64;
   tma_prefetch_descriptor(tm_q);
   tma_prefetch_descriptor(tm_k);
   tma_prefetch_descriptor(tm_v);
   mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
   for (int c = 0; c < kChunks; ++c)
-    tma_load_4d(sm.q() + c * kCfg.kBlockM * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
+    tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
                 static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t n = w.n_begin; n < w.n_end; ++n) {
-    mbarrier_wait(sm.empty(stage), phase ^ 1);  // a fresh barrier passes parity 1: lap 0 never waits
-    const int32_t key = static_cast<int32_t>(n * kCfg.block_n);
-    mbarrier_arrive_expect_tx(sm.k_full(stage), kCfg.kv_bytes());
+  // A fresh barrier passes parity 1, so the first lap of the ring never waits for "empty".
+  auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase, int64_t j) {
+    mbarrier_wait(empty, phase ^ 1);
+    mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
+    const int32_t key = static_cast<int32_t>((w.n_begin + j) * kCfg.block_n);
     for (int c = 0; c < kChunks; ++c)
-      tma_load_4d(sm.k(stage) + c * kCfg.block_n * 128, tm_k, sm.k_full(stage), 64 * c,
-                  static_cast<int32_t>(w.hk), key, static_cast<int32_t>(w.b));
-    mbarrier_arrive_expect_tx(sm.v_full(stage), kCfg.kv_bytes());
-    for (int c = 0; c < kChunks; ++c)
-      tma_load_4d(sm.v(stage) + c * kCfg.block_n * 128, tm_v, sm.v_full(stage), 64 * c,
-                  static_cast<int32_t>(w.hk), key, static_cast<int32_t>(w.b));
-    if (++stage == kCfg.stages) stage = 0, phase ^= 1;
+      tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, static_cast<int32_t>(w.hk), key,
+                  static_cast<int32_t>(w.b));
+  };
+  const int64_t blocks = w.n_end - w.n_begin;
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks) {
+      const Slot<Cfg> s(j);
+      load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
+    }
+    if (j > 0) {
+      const Slot<Cfg> s(j - 1);
+      load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j - 1);
+    }
   }
 }
 
@@ -123,46 +139,92 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// A consumer warpgroup: 64 query rows. Thread (warp, g = lane / 4, q = lane % 4) holds rows
-// 16 warp + g (half 0) and + 8 (half 1); accumulator i is in half (i >> 1) & 1 and column
-// 8 (i >> 2) + 2 q + (i & 1) (HOPPER_FACTS B3).
-template <int kD, class T, class Mask>
-__device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& mask, const Work& w,
-                        int consumer) {
-  constexpr TileConfig kCfg = tile_config(kD);
-  constexpr int kN = kCfg.block_n;
-  constexpr bool kBf16 = IsBf16<T>::value;
-  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, q = lane % 4;
-  const int64_t row0 = w.m0 + 64 * consumer + 16 * warp + g;  // half 0; half 1 is row0 + 8
-  const int64_t rows_first = w.m0 + 64 * consumer, rows_last = rows_first + 63;
+// Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
+// __syncthreads). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
+// The last consumer hands consumer 0 the first turn and keeps its own last one, so every
+// barrier completes as many phases as it is waited on.
+template <class Cfg>
+struct Turns {
+  static constexpr int kN = Cfg::kCfg.consumers;
+  static constexpr bool kOn = Cfg::kCfg.pingpong;
+  int me;
+  __device__ void start() const {
+    if (kOn && me == kN - 1) named_arrive(1, 256);
+  }
+  __device__ void wait() const {
+    if (kOn) named_sync(1 + me, 256);
+  }
+  __device__ void pass(bool last) const {
+    if (kOn && !(last && me == kN - 1)) named_arrive(1 + (me + 1) % kN, 256);
+  }
+};
 
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
-  SoftmaxRow state[2];
+// Per consumer thread: where its rows are and the GEMMs of one key block. Thread (warp,
+// g = lane / 4, q = lane % 4) holds rows 16 warp + g (half 0) and + 8 (half 1); accumulator i is
+// in half (i >> 1) & 1 and column 8 (i >> 2) + 2 q + (i & 1) (HOPPER_FACTS B3).
+template <class Cfg, class T>
+struct Gemms {
+  static constexpr TileConfig kCfg = Cfg::kCfg;
+  static constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
+  static constexpr bool kBf16 = IsBf16<T>::value;
+  const Smem<Cfg>& sm;
+  int consumer;
 
-  mbarrier_wait(sm.q_full(), 0);
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t n = w.n_begin; n < w.n_end; ++n) {
-    const int64_t k0 = n * kN;
-    // S = Q K^T: m64 n128, D / 16 k-steps. Q rows of this consumer start 64 rows into each chunk.
-    float s[kN / 2];
-    mbarrier_wait(sm.k_full(stage), phase);
+  // S = Q K^T, m64 nN, D / 16 k-steps; Q rows of this consumer start 64 rows into each chunk.
+  __device__ __forceinline__ void scores(float* s, int stage) const {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int c = kk / 4, within = 32 * (kk % 4);
-      const uint64_t dq = make_smem_desc(sm.q() + c * kCfg.kBlockM * 128 + consumer * 64 * 128 + within, 16, 1024);
+      const uint64_t dq = make_smem_desc(sm.q() + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
       const uint64_t dk = make_smem_desc(sm.k(stage) + c * kN * 128 + within, 16, 1024);
       WgmmaOp<kN, kBf16>::template ss<0>(s, dq, dk, kk > 0 ? 1u : 0u);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands<kN / 2>(s);
+  }
+  // O += P V, m64 nD, N / 16 k-steps; V [key][d] is the N-major B operand (64-column chunks
+  // N x 128 bytes apart, 16 keys = 2048 bytes per k-step).
+  __device__ __forceinline__ void pv(float* o, const uint32_t (*pa)[4], int stage) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t dv = make_smem_desc(sm.v(stage) + 2048 * kk, kN * 128, 1024);
+      WgmmaOp<kD, kBf16>::template rs<1>(o, pa[kk], dv, 1u);
+    }
+    wgmma_commit();
+  }
+};
 
-    // Logits t (the transform of scale, sign and softcap), masked; weights exp2(t * post - m).
+// One lane per warp arrives on a ring's "empty" barrier (count: 4 x consumers).
+__device__ __forceinline__ void release(uint64_t* empty, int lane) {
+  if (lane == 0) mbarrier_arrive(empty);
+}
+
+// A consumer warpgroup: 64 query rows against key blocks [n_begin, n_end), in the order
+//   S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
+template <class Cfg, class T, class Mask>
+__device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const Work& w,
+                        int consumer) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
+  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
+  const int q = lane % 4;
+  const int64_t row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4;  // half 0; half 1 is row0 + 8
+  const int64_t rows_first = w.m0 + 64 * consumer, rows_last = rows_first + 63;
+  const Gemms<Cfg, T> gemm{sm, consumer};
+  const Turns<Cfg> turn{consumer};
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float s[kN / 2];
+  uint32_t pa[kN / 16][4];
+  SoftmaxRow state[2];
+  float alpha[2];
+
+  // Scores of block j (in s, fp32) to weights in place: transform, mask, online softmax.
+  auto softmax = [&](int64_t j) {
+    const int64_t k0 = (w.n_begin + j) * kN;
     if (p.transform == ScoreTransform::kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) s[i] = sm80::tanh_via_ex2(s[i] * p.pre);
@@ -185,7 +247,7 @@ __device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& m
         if (col < lo[half] || col >= hi[half]) s[i] = -INFINITY;
       }
     }
-    float alpha[2], base[2], block_max[2] = {-INFINITY, -INFINITY};
+    float base[2], block_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) block_max[(i >> 1) & 1] = fmaxf(block_max[(i >> 1) & 1], s[i]);
 #pragma unroll
@@ -194,8 +256,6 @@ __device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& m
       alpha[half] = state[half].advance(quad_max(block_max[half]) * p.post, p.conditional);
       base[half] = state[half].base();
     }
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i >> 1) & 1];  // 1 for most blocks
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) {
@@ -204,28 +264,60 @@ __device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& m
     }
     state[0].add(sum[0]);  // this thread's columns only; the quad's sum is taken at the end
     state[1].add(sum[1]);
-
-    // P as wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
-    uint32_t pa[kN / 16][4];
+  };
+  // Weights to wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
+  auto to_fragments = [&] {
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  };
 
-    // O += P V: m64 nD, kN / 16 k-steps; V [key][d] is the N-major B operand (64-column chunks
-    // kN * 128 bytes apart, 16 keys = 2048 bytes per k-step).
-    mbarrier_wait(sm.v_full(stage), phase);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const uint64_t dv = make_smem_desc(sm.v(stage) + 2048 * kk, kN * 128, 1024);
-      WgmmaOp<kD, kBf16>::template rs<1>(o, pa[kk], dv, 1u);
+  mbarrier_wait<false>(sm.q_full(), 0);
+  const int64_t blocks = w.n_end - w.n_begin;
+  if (blocks > 0) {
+    turn.start();
+    {
+      const Slot<Cfg> sk(0);
+      mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+      turn.wait();
+      gemm.scores(s, sk.stage);
+      turn.pass(false);
+      wgmma_wait<0>();
+      fence_operands<kN / 2>(s);
+      release(sm.k_empty(sk.stage), lane);
+      softmax(0);  // o is 0: alpha needs no applying
+      to_fragments();
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands<kD / 2>(o);
-    if (tid == 0) mbarrier_arrive(sm.empty(stage));  // both GEMMs reading this stage are done
-    if (++stage == kCfg.stages) stage = 0, phase ^= 1;
+    for (int64_t j = 1; j < blocks; ++j) {
+      const Slot<Cfg> sk(j), sv(j - 1);
+      mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+      mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+      turn.wait();
+      gemm.scores(s, sk.stage);
+      gemm.pv(o, pa, sv.stage);
+      turn.pass(false);
+      wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
+      fence_operands<kN / 2>(s);
+      release(sm.k_empty(sk.stage), lane);
+      softmax(j);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(sv.stage), lane);
+#pragma unroll
+      for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i >> 1) & 1];  // 1 for most blocks
+      to_fragments();
+    }
+    {
+      const Slot<Cfg> sv(blocks - 1);
+      mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+      turn.wait();
+      gemm.pv(o, pa, sv.stage);
+      turn.pass(true);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(sv.stage), lane);
+    }
   }
 
   // Epilogue: O / l and LSE; rows past seqlen_q are not written.
@@ -249,34 +341,33 @@ __device__ void consume(const Smem<kD>& sm, const KernelParams& p, const Mask& m
   }
 }
 
-template <int kD, class T, class Mask>
-__global__ void __launch_bounds__(TileConfig::kThreads, 1)
+template <class Cfg, class T, class Mask>
+__global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const KernelParams p, const Mask mask) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr TileConfig kCfg = tile_config(kD);
+  constexpr TileConfig kCfg = Cfg::kCfg;
   extern __shared__ uint8_t smem_raw[];
-  const Smem<kD> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
-  const Work w = work_of<kD>(p, mask);
+  const Smem<Cfg> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const Work w = work_of<Cfg>(p, mask);
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);
     for (int s = 0; s < kCfg.stages; ++s) {
       mbarrier_init(sm.k_full(s), 1);
       mbarrier_init(sm.v_full(s), 1);
-      mbarrier_init(sm.empty(s), TileConfig::kConsumers);
+      mbarrier_init(sm.k_empty(s), 4 * kCfg.consumers);
+      mbarrier_init(sm.v_empty(s), 4 * kCfg.consumers);
     }
     fence_barrier_init();
   }
   __syncthreads();
   const int wg = warpgroup_index();
-  // 128 x 40 + 256 x 232 = 64512 of the SM's 65536 registers. The producer thread keeps the
-  // work, three tensor-map addresses and the ring state live; at 24 it spilled.
   if (wg == 0) {
-    warpgroup_reg_dealloc<40>();
-    if (threadIdx.x == 0) produce<kD>(sm, &tm_q, &tm_k, &tm_v, w);
+    warpgroup_reg_dealloc<kCfg.producer_regs()>();
+    if (threadIdx.x == 0) produce<Cfg>(sm, &tm_q, &tm_k, &tm_v, w);
   } else {
-    warpgroup_reg_alloc<232>();
-    consume<kD, T>(sm, p, mask, w, wg - 1);
+    warpgroup_reg_alloc<kCfg.consumer_regs()>();
+    consume<Cfg, T>(sm, p, mask, w, wg - 1);
   }
 #endif
 }

@@ -1,0 +1,45 @@
+// launch.cuh: launching the sm90 forward for one config: TMA tensor maps over the [B, L, H, D]
+// tensors, the kernel's parameters, the grid. Included by forward.cu and the tuning build.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/params.h"
+#include "cuda/check.h"
+#include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/tensor_map.h"
+
+namespace tileattn::detail::sm90 {
+
+// A 4-D map over a [B, L, H, D] tensor (D contiguous), innermost first: box = 64 head-dim
+// elements (one 128-byte swizzle row) x 1 head x `rows` positions x 1 batch.
+inline CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64_t batch, int64_t len,
+                          int64_t heads, int64_t head_dim, uint32_t rows) {
+  const uint64_t dims[4] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(heads),
+                            static_cast<uint64_t>(len), static_cast<uint64_t>(batch)};
+  const uint64_t strides[3] = {static_cast<uint64_t>(st.h) * 2, static_cast<uint64_t>(st.l) * 2,
+                               static_cast<uint64_t>(st.b) * 2};
+  const uint32_t box[4] = {64, 1, rows, 1};
+  return make_tensor_map_16bit(base, bf16, 4, dims, strides, box, true);
+}
+
+template <class Cfg, class T, class Mask>
+void launch(const AttnParams& p, const Mask& mask) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  const CUtensorMap tm_q =
+      map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, kCfg.block_m());
+  const CUtensorMap tm_k =
+      map_of(p.k, bf16, p.k_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
+  const CUtensorMap tm_v =
+      map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
+  const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
+  const int64_t ctas = kp.m_blocks * p.heads_q * p.batch;
+  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
+  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
+  kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(),
+           static_cast<cudaStream_t>(p.cuda_stream)>>>(tm_q, tm_k, tm_v, kp, mask);
+  TILEATTN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tileattn::detail::sm90

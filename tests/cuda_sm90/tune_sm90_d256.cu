@@ -1,0 +1,7 @@
+#include "tune_sm90.cuh"
+namespace tileattn::sm90_tune {
+void tune_d256(const Buffers& b, bool causal) {
+  time_one<Cfg<256, 64, 2, 2, true>>(b, causal);
+  time_one<Cfg<256, 64, 2, 2, false>>(b, causal);
+}
+}  // namespace tileattn::sm90_tune

@@ -1,0 +1,53 @@
+// tune_sm90 [L...]: the sm90 configs of tune_sm90_d*.cu at each L (default 2048 8192), bf16,
+// B = 16384 / L, H = 2048 / D, causal off and on.
+#include <cstdlib>
+
+#include "fill.h"
+#include "tune_sm90.cuh"
+
+namespace tileattn::sm90_tune {
+
+double max_diff_bf16(const void* a, const void* b, int64_t n) {
+  std::vector<uint16_t> x(n), y(n);
+  cudaMemcpy(x.data(), a, n * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(y.data(), b, n * 2, cudaMemcpyDeviceToHost);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(bf16_to_float(x[i])) - bf16_to_float(y[i]));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+}  // namespace tileattn::sm90_tune
+
+int main(int argc, char** argv) {
+  using namespace tileattn;
+  using namespace tileattn::sm90_tune;
+  std::vector<int64_t> lengths;
+  for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
+  if (lengths.empty()) lengths = {2048, 8192};
+  for (int64_t L : lengths) {
+    const int64_t B = 16384 / L, n = B * L * 2048;
+    Buffers buf{};
+    buf.B = B, buf.L = L;
+    if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
+        cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
+      std::printf("cudaMalloc failed\n");
+      return 1;
+    }
+    cuda_test::fill_hash_bf16(buf.q, n, 1);
+    cuda_test::fill_hash_bf16(buf.k, n, 2);
+    cuda_test::fill_hash_bf16(buf.v, n, 3);
+    for (bool causal : {false, true}) {
+      buf.H = 2048 / 64;
+      tune_d64(buf, causal);
+      buf.H = 2048 / 128;
+      tune_d128(buf, causal);
+      buf.H = 2048 / 256;
+      tune_d256(buf, causal);
+    }
+    for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);
+  }
+  return 0;
+}
