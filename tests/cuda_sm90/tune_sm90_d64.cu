@@ -1,10 +1,10 @@
 #include "tune_sm90.cuh"
 namespace tileattn::sm90_tune {
 void tune_d64(const Buffers& b, bool causal) {
-  time_one<Cfg<64, 128, 2, 2, true>>(b, causal);
-  time_one<Cfg<64, 128, 2, 2, false>>(b, causal);
-  time_one<Cfg<64, 128, 3, 2, true>>(b, causal);
   time_one<Cfg<64, 128, 2, 3, true>>(b, causal);
   time_one<Cfg<64, 128, 2, 3, false>>(b, causal);
+  time_one<Cfg<64, 96, 2, 3, true>>(b, causal);
+  time_one<Cfg<64, 192, 2, 2, true>>(b, causal);
+  time_one<Cfg<64, 176, 2, 2, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

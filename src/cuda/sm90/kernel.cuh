@@ -304,8 +304,12 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
       release(sm.v_empty(sv.stage), lane);
+      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
+      // whole warp may (a warp-uniform branch).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i >> 1) & 1];  // 1 for most blocks
+        for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
       to_fragments();
     }
     {

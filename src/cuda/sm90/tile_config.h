@@ -34,7 +34,7 @@ struct TileConfig {
 //   after P V, so each load has about one step of lead. Shared memory at D = 128: Q 32 KiB +
 //   2 x (K + V) 64 KiB = 160 KiB; at D = 256: 64 + 128 = 192 KiB (of 227).
 constexpr TileConfig tile_config(int head_dim) {
-  if (head_dim <= 64) return TileConfig{64, 128, 2, 2, true};
+  if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true};
   if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true};
   return TileConfig{256, 64, 2, 2, true};
 }
