@@ -5,6 +5,5 @@ void tune_d256(const Buffers& b, bool causal) {
   time_one<Cfg<256, 64, 2, 2, false>>(b, causal);
   time_one<Cfg<256, 80, 2, 2, true>>(b, causal);
   time_one<Cfg<256, 80, 2, 2, false>>(b, causal);
-  time_one<Cfg<256, 96, 2, 2, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -1,5 +1,6 @@
 // tune_sm90 [L...]: the sm90 configs of tune_sm90_d*.cu at each L (default 2048 8192), bf16,
 // B = 16384 / L, H = 2048 / D, causal off and on.
+#include <cstdio>
 #include <cstdlib>
 
 #include "fill.h"
@@ -24,6 +25,7 @@ double max_diff_bf16(const void* a, const void* b, int64_t n) {
 int main(int argc, char** argv) {
   using namespace tileattn;
   using namespace tileattn::sm90_tune;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is printed, also if a later one aborts
   std::vector<int64_t> lengths;
   for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
   if (lengths.empty()) lengths = {2048, 8192};

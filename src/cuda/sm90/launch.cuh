@@ -26,6 +26,7 @@ inline CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64
 template <class Cfg, class T, class Mask>
 void launch(const AttnParams& p, const Mask& mask) {
   constexpr TileConfig kCfg = Cfg::kCfg;
+  static_assert(kCfg.smem_bytes() <= 227 * 1024, "the config needs more shared memory than a CTA may have");
   const bool bf16 = p.dtype == DType::kBFloat16;
   const CUtensorMap tm_q =
       map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, kCfg.block_m());
