@@ -22,6 +22,22 @@ std::string gtest_name(const Problem& p) {
 
 bool supported_here(const Problem& p) { return p.head_dim % 8 == 0 && p.head_dim <= 256; }
 
+// Whether the sm90 kernel would take p: an sm_90 GPU, a build with it, a head dim it has.
+bool sm90_selectable(const Problem& p) {
+  static const bool hopper = [] {
+    void* d = nullptr;
+    if (cuda_device_count() == 0 || cudaMalloc(&d, 4096) != cudaSuccess) return false;
+    const auto ref = [&](int64_t h) { return TensorRef::contiguous(d, DType::kBFloat16, {1, 1, h, 64}, Device::cuda(0)); };
+    Options o;
+    o.kernel = Kernel::kCudaSm90;
+    const bool ok = supported(ref(1), ref(1), ref(1), ref(1), nullptr, o).ok;
+    cudaFree(d);
+    return ok;
+  }();
+  return hopper && p.seqlen_q > 0 && p.seqlen_k > 0 &&
+         (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
+}
+
 class Forward : public ::testing::TestWithParam<Problem> {
  protected:
   void SetUp() override {
@@ -29,11 +45,18 @@ class Forward : public ::testing::TestWithParam<Problem> {
   }
 };
 
+// The kernel selection picks (sm90 on an H100/H200 for the head dims it has), and the sm80
+// kernel on the same problem wherever selection picked another: it stays the fallback.
 TEST_P(Forward, MatchesOracle) {
   const Problem& p = GetParam();
   ASSERT_TRUE(supported_here(p)) << p.name();
   const Report r = run_case(p);
   EXPECT_TRUE(r.ok()) << p.name() << ": " << r.str();
+  if (p.options.kernel != Kernel::kAuto || !sm90_selectable(p)) return;
+  Problem sm80 = p;
+  sm80.options.kernel = Kernel::kCudaSm80;
+  const Report r80 = run_case(sm80);
+  EXPECT_TRUE(r80.ok()) << p.name() << " (sm80): " << r80.str();
 }
 
 Problem base(int64_t lq, int64_t lk, int64_t d, DType dtype = DType::kBFloat16) {

@@ -26,17 +26,23 @@ struct TileConfig {
   constexpr int smem_bytes() const { return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes(); }
 };
 
-// - block_n = 128 at D = 64 and 128: S is m64n128 (64 fp32 registers a thread), P as bf16 A
-//   fragments 32, O 32 or 64; with S of the next block in flight beside them that fits the 232
-//   registers a consumer gets. FA3 uses 176 at D = 128 (an instruction we do not have yet).
-// - D = 256: O alone is 128 registers a thread, so block_n = 64 (FA3: 80).
-// - stages = 2: block n + 1 loads while n computes; K is released as soon as S is computed, V
-//   after P V, so each load has about one step of lead. Shared memory at D = 128: Q 32 KiB +
-//   2 x (K + V) 64 KiB = 160 KiB; at D = 256: 64 + 128 = 192 KiB (of 227).
+// Measured on an H200 (tests/cuda_sm90/tune_sm90, bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at
+// L = 2048 / 8192, non-causal; 2026-11-29):
+// - D = 64: three consumers, block_n 128 (433 / 512). Two consumers: 387 / 431 (the exp unit
+//   bounds D = 64, and a third warpgroup gives it more rows to overlap); block_n 96 with three:
+//   393 / 470; two consumers at 176 or 192: 373-382 / 437-446.
+// - D = 128: two consumers, block_n 128 (574 / 664; causal 453 / 622). block_n 176: 568 / 671,
+//   causal 435 / 622; 192 spills (454 / 519); three consumers at 96: 395 / 439.
+// - D = 256: block_n 80 (690 / 796; causal 526 / 710) over 64 (668 / 756; 508 / 674). O alone is
+//   128 registers a thread. Shared memory: Q 64 KiB + 2 x (K + V) 160 KiB = 226 KiB of 227.
+// - stages = 2: a third stage measured slower at D = 64 and 128 (it costs shared memory and
+//   the loads already have a step of lead: K is released right after S, V after P V).
+// - Ping-pong (consumers taking turns on the tensor cores) is worth 0-4%, most on causal
+//   problems of short rows; it is on everywhere.
 constexpr TileConfig tile_config(int head_dim) {
   if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true};
   if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true};
-  return TileConfig{256, 64, 2, 2, true};
+  return TileConfig{256, 80, 2, 2, true};
 }
 
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
