@@ -6,6 +6,7 @@
 #   gputest   the GPU tests alone
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
+#   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it)
 #   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
 #             plot.py (PNGs); tileattn is timed through the CLI
@@ -83,6 +84,18 @@ run_python() {
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
   step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" 2048 8192
   awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
+}
+run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
+  local shape
+  for shape in "64 512 32 32 on" "64 8192 2 32 on" "128 512 32 16 off" "128 8192 2 16 off"; do
+    set -- $shape
+    step "profile-d$1-l$2" 120 ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      "$BUILD/tools/tileattn" bench --device cuda --kernel sm90 --seqlens "$2" --head-dims "$1" --batch "$3" \
+      --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
+    awk "/=== profile-d$1-l$2:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Achieved Active Warps Per SM|Theoretical Occupancy) " \
+      | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+  done
 }
 run_bench() {
   # tileattn through the CLI (the package's GPU path is what pytest checks); with the sm90
