@@ -32,11 +32,6 @@ int main() {
   add(200, 70, 64, DType::kBFloat16, 1);  // rows before the first key: empty
   add(33, 300, 128, DType::kFloat16, 3);
   add(5, 0, 64, DType::kBFloat16, 0);  // no keys at all
-  Problem many;  // more query tiles than SMs: the sm90 kernel's persistent CTAs take several
-  many.batch = 70, many.seqlen_q = 130, many.seqlen_k = 70, many.head_dim = 128, many.heads_q = 2,
-  many.heads_kv = 1;
-  many.options.causal = true;
-  problems.push_back(many);
   Problem strided;
   strided.seqlen_q = 65, strided.seqlen_k = 129, strided.head_dim = 72, strided.heads_q = 4,
   strided.heads_kv = 2;

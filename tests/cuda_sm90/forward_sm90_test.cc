@@ -58,17 +58,6 @@ std::vector<Problem> cases() {
           if (mask == 3) p.options.softcap = 30.0f;
           out.push_back(p);
         }
-  // More query tiles than an H100/H200 has SMs: persistent CTAs take several tiles each.
-  Problem many = make(1030, 777, 128, DType::kBFloat16, 8, 2);
-  many.batch = 2;
-  many.options.causal = true;
-  out.push_back(many);
-  Problem many64 = make(800, 900, 64, DType::kFloat16, 16, 4);
-  many64.batch = 2;
-  many64.options.window_left = 300, many64.options.window_right = 0;
-  out.push_back(many64);
-  Problem many256 = make(1100, 1100, 256, DType::kBFloat16, 16, 16);
-  out.push_back(many256);
   Problem strided = make(300, 500, 128, DType::kBFloat16, 4, 2);
   strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kPermuted;
   out.push_back(strided);

@@ -53,17 +53,15 @@ struct Smem {
   __device__ uint64_t* barriers() const {
     return reinterpret_cast<uint64_t*>(base + kCfg.q_bytes() + 2 * kCfg.stages * kCfg.kv_bytes());
   }
-  // Q full, Q empty; per stage s: K full, V full (the loads landed), K empty, V empty (released).
+  // [0] Q full; per stage s: K full, V full (the loads landed), K empty, V empty (released).
   __device__ uint64_t* q_full() const { return barriers(); }
-  __device__ uint64_t* q_empty() const { return barriers() + 1; }
-  __device__ uint64_t* k_full(int s) const { return barriers() + 2 + s; }
-  __device__ uint64_t* v_full(int s) const { return barriers() + 2 + kCfg.stages + s; }
-  __device__ uint64_t* k_empty(int s) const { return barriers() + 2 + 2 * kCfg.stages + s; }
-  __device__ uint64_t* v_empty(int s) const { return barriers() + 2 + 3 * kCfg.stages + s; }
+  __device__ uint64_t* k_full(int s) const { return barriers() + 1 + s; }
+  __device__ uint64_t* v_full(int s) const { return barriers() + 1 + kCfg.stages + s; }
+  __device__ uint64_t* k_empty(int s) const { return barriers() + 1 + 2 * kCfg.stages + s; }
+  __device__ uint64_t* v_empty(int s) const { return barriers() + 1 + 3 * kCfg.stages + s; }
 };
 
-// The CTA's j-th key block (counted over all its tiles) sits in ring stage j % stages; the
-// phase flips every lap.
+// Key block j of the CTA's range sits in ring stage j % stages; the phase flips every lap.
 template <class Cfg>
 struct Slot {
   int stage;
@@ -72,18 +70,18 @@ struct Slot {
       : stage(static_cast<int>(j % Cfg::kCfg.stages)), phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
 };
 
-// One tile of work: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
+// The CTA's work: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
 struct Work {
   int64_t b, h, hk, m0;
   int64_t n_begin, n_end;
 };
 
-// Tiles are numbered (batch, head)-major, so the CTAs running at once share a head's K and V in
-// L2; within a head, later query tiles see more keys under a causal mask and come first.
 template <class Cfg, class Mask>
-__device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask, int64_t tile) {
+__device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   Work w;
+  const int64_t tile = blockIdx.x;
+  // Later query tiles see more keys under a causal mask: they get the lower block indices.
   const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
   const int64_t bh = tile / p.m_blocks;
   w.b = bh / p.heads_q;
@@ -95,46 +93,39 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask,
   return w;
 }
 
-// Warpgroup 0, one thread: for each of the CTA's tiles, K0, Q (once the consumers released the
-// last one), then K and V block by block. K runs one block ahead of V (K0, K1 V0, K2 V1, ...):
-// the consumers need K j + 1 before they release V j.
-template <class Cfg, class Mask>
-__device__ void produce(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const CUtensorMap* tm_q,
-                        const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
+// Warpgroup 0, one thread: Q once, then K and V block by block. K runs one block ahead of V
+// (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
+template <class Cfg>
+__device__ void produce(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                        const CUtensorMap* tm_v, const Work& w) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   tma_prefetch_descriptor(tm_q);
   tma_prefetch_descriptor(tm_k);
   tma_prefetch_descriptor(tm_v);
-  // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
-  int64_t ring = 0;  // key blocks loaded so far (all tiles)
-  uint32_t tile_phase = 0;
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, tile_phase ^= 1) {
-    const Work w = work_of<Cfg>(p, mask, tile);
-    auto load = [&](const CUtensorMap* tm, bool is_k, int64_t j) {
-      const Slot<Cfg> s(ring + j);
-      uint64_t* full = is_k ? sm.k_full(s.stage) : sm.v_full(s.stage);
-      mbarrier_wait(is_k ? sm.k_empty(s.stage) : sm.v_empty(s.stage), s.phase ^ 1);
-      mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
-      uint8_t* dst = is_k ? sm.k(s.stage) : sm.v(s.stage);
-      const int32_t key = static_cast<int32_t>((w.n_begin + j) * kCfg.block_n);
-      for (int c = 0; c < kChunks; ++c)
-        tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, static_cast<int32_t>(w.hk), key,
-                    static_cast<int32_t>(w.b));
-    };
-    const int64_t blocks = w.n_end - w.n_begin;
-    // K0 before Q: its slot frees once the last tile's scores are done, Q's only after its P V.
-    if (blocks > 0) load(tm_k, true, 0);
-    mbarrier_wait(sm.q_empty(), tile_phase ^ 1);
-    mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+  mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+  for (int c = 0; c < kChunks; ++c)
+    tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
+                static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
+  // A fresh barrier passes parity 1, so the first lap of the ring never waits for "empty".
+  auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase, int64_t j) {
+    mbarrier_wait(empty, phase ^ 1);
+    mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
+    const int32_t key = static_cast<int32_t>((w.n_begin + j) * kCfg.block_n);
     for (int c = 0; c < kChunks; ++c)
-      tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
-                  static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
-    for (int64_t j = 1; j <= blocks; ++j) {
-      if (j < blocks) load(tm_k, true, j);
-      load(tm_v, false, j - 1);
+      tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, static_cast<int32_t>(w.hk), key,
+                  static_cast<int32_t>(w.b));
+  };
+  const int64_t blocks = w.n_end - w.n_begin;
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks) {
+      const Slot<Cfg> s(j);
+      load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
     }
-    ring += blocks;
+    if (j > 0) {
+      const Slot<Cfg> s(j - 1);
+      load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j - 1);
+    }
   }
 }
 
@@ -150,8 +141,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
 // __syncthreads). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
-// The last consumer hands consumer 0 the first turn at the start, and consumer 0 takes one
-// more turn at the end, so every barrier completes as many phases as it is waited on.
+// The last consumer hands consumer 0 the first turn and keeps its own last one, so every
+// barrier completes as many phases as it is waited on.
 template <class Cfg>
 struct Turns {
   static constexpr int kN = Cfg::kCfg.consumers;
@@ -163,11 +154,8 @@ struct Turns {
   __device__ void wait() const {
     if (kOn) named_sync(1 + me, 256);
   }
-  __device__ void pass() const {
-    if (kOn) named_arrive(1 + (me + 1) % kN, 256);
-  }
-  __device__ void finish() const {
-    if (kOn && me == 0) named_sync(1, 256);
+  __device__ void pass(bool last) const {
+    if (kOn && !(last && me == kN - 1)) named_arrive(1 + (me + 1) % kN, 256);
   }
 };
 
@@ -212,12 +200,11 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
   if (lane == 0) mbarrier_arrive(empty);
 }
 
-// A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
-// order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
-// `ring` counts the CTA's key blocks before this tile; `tile_phase` is the parity of Q's turn.
+// A consumer warpgroup: 64 query rows against key blocks [n_begin, n_end), in the order
+//   S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 template <class Cfg, class T, class Mask>
-__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask,
-                                             const Work& w, int consumer, int64_t ring, uint32_t tile_phase) {
+__device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const Work& w,
+                        int consumer) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -286,15 +273,16 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
   };
 
-  mbarrier_wait<false>(sm.q_full(), tile_phase);
+  mbarrier_wait<false>(sm.q_full(), 0);
   const int64_t blocks = w.n_end - w.n_begin;
   if (blocks > 0) {
+    turn.start();
     {
-      const Slot<Cfg> sk(ring);
+      const Slot<Cfg> sk(0);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       turn.wait();
       gemm.scores(s, sk.stage);
-      turn.pass();
+      turn.pass(false);
       wgmma_wait<0>();
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
@@ -302,13 +290,13 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       to_fragments();
     }
     for (int64_t j = 1; j < blocks; ++j) {
-      const Slot<Cfg> sk(ring + j), sv(ring + j - 1);
+      const Slot<Cfg> sk(j), sv(j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.scores(s, sk.stage);
       gemm.pv(o, pa, sv.stage);
-      turn.pass();
+      turn.pass(false);
       wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
@@ -325,19 +313,16 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       to_fragments();
     }
     {
-      const Slot<Cfg> sv(ring + blocks - 1);
+      const Slot<Cfg> sv(blocks - 1);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.pv(o, pa, sv.stage);
-      turn.pass();
+      turn.pass(true);
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
       release(sm.v_empty(sv.stage), lane);
     }
   }
-  // Every GEMM reading this Q is done: the producer may load the next tile's Q during the
-  // epilogue.
-  release(sm.q_empty(), lane);
 
   // Epilogue: O / l and LSE; rows past seqlen_q are not written.
 #pragma unroll
@@ -360,21 +345,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   }
 }
 
-// A consumer warpgroup: the CTA's tiles, blockIdx.x, + gridDim.x, ... (persistent CTAs).
-template <class Cfg, class T, class Mask>
-__device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, int consumer) {
-  const Turns<Cfg> turn{consumer};
-  turn.start();
-  int64_t ring = 0;  // key blocks consumed so far (all tiles)
-  uint32_t tile_phase = 0;
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, tile_phase ^= 1) {
-    const Work w = work_of<Cfg>(p, mask, tile);
-    consume_tile<Cfg, T>(sm, p, mask, w, consumer, ring, tile_phase);
-    ring += w.n_end - w.n_begin;
-  }
-  turn.finish();
-}
-
 template <class Cfg, class T, class Mask>
 __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -383,9 +353,9 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   constexpr TileConfig kCfg = Cfg::kCfg;
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const Work w = work_of<Cfg>(p, mask);
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);
-    mbarrier_init(sm.q_empty(), 4 * kCfg.consumers);
     for (int s = 0; s < kCfg.stages; ++s) {
       mbarrier_init(sm.k_full(s), 1);
       mbarrier_init(sm.v_full(s), 1);
@@ -398,10 +368,10 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   const int wg = warpgroup_index();
   if (wg == 0) {
     warpgroup_reg_dealloc<kCfg.producer_regs()>();
-    if (threadIdx.x == 0) produce<Cfg>(sm, p, mask, &tm_q, &tm_k, &tm_v);
+    if (threadIdx.x == 0) produce<Cfg>(sm, &tm_q, &tm_k, &tm_v, w);
   } else {
     warpgroup_reg_alloc<kCfg.consumer_regs()>();
-    consume<Cfg, T>(sm, p, mask, wg - 1);
+    consume<Cfg, T>(sm, p, mask, w, wg - 1);
   }
 #endif
 }

@@ -35,12 +35,7 @@ void launch(const AttnParams& p, const Mask& mask) {
   const CUtensorMap tm_v =
       map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
-  // Persistent CTAs: one per SM (shared memory and registers allow no second), each walking
-  // tiles blockIdx.x, + gridDim.x, ...
-  int device = 0, sms = 0;
-  TILEATTN_CUDA_CHECK(cudaGetDevice(&device));
-  TILEATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t ctas = kp.tiles < sms ? kp.tiles : sms;
+  const int64_t ctas = kp.m_blocks * p.heads_q * p.batch;
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(),
