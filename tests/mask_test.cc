@@ -190,10 +190,13 @@ void check_band_and_blocks(const Mask& mask, int64_t lq, int64_t lk, int64_t lef
             }
           // Every block with a visible key is visited; a visited block that is not entirely
           // visible is flagged for masking.
-          if (any) ASSERT_TRUE(n >= n_begin && n < n_end) << "block " << n << " of tile " << q0;
-          if (n >= n_begin && n < n_end && !all)
+          if (any) {
+            ASSERT_TRUE(n >= n_begin && n < n_end) << "block " << n << " of tile " << q0;
+          }
+          if (n >= n_begin && n < n_end && !all) {
             ASSERT_TRUE(detail::block_needs_mask(mask, q0, q1, n * block_k, block_k))
                 << "block " << n << " of tile " << q0 << " needs a mask";
+          }
         }
       }
 }
