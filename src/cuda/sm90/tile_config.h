@@ -11,6 +11,9 @@ struct TileConfig {
   int stages;     // depth of the K ring and of the V ring
   int consumers;  // consumer warpgroups (2 or 3)
   bool pingpong;  // consumers take turns issuing their GEMMs (one's softmax under the other's)
+  // FA4's trick, being measured (tests/cuda_sm90/tune_sm90): every poly_every-th weight of a
+  // row is exp2 by a polynomial on the FMA pipe instead of the exp unit; 0 = none.
+  int poly_every = 0;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
