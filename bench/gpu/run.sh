@@ -82,7 +82,7 @@ run_python() {
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
-  step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" 2048 8192
+  step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" 1024 4096 16384
   awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
 }
 run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time

@@ -231,7 +231,7 @@ void compare(const Tensor& x, const Tensor& ref, int64_t d3, double* err, int64_
 
 }  // namespace
 
-Report run_case(const Problem& p, uint64_t seed, int64_t nan_at_key) {
+Report run_case(const Problem& p, uint64_t seed, int64_t nan_at_key, const GpuRunner& runner) {
   const int64_t B = p.batch, Lq = p.seqlen_q, Lk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv,
                 D = p.head_dim;
   std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(Lq * 131 + Lk * 17 + D));
@@ -246,8 +246,8 @@ Report run_case(const Problem& p, uint64_t seed, int64_t nan_at_key) {
   out.poison();
   lse.poison();
   TensorRef d_lse = lse.device_ref();
-  forward(q.device_ref(), k.device_ref(), v.device_ref(), out.device_ref(), p.with_lse ? &d_lse : nullptr,
-          p.options);
+  (runner ? runner : GpuRunner(forward))(q.device_ref(), k.device_ref(), v.device_ref(), out.device_ref(),
+                                         p.with_lse ? &d_lse : nullptr, p.options);
   if (p.options.cuda_stream)
     check(cudaStreamSynchronize(static_cast<cudaStream_t>(p.options.cuda_stream)), "stream sync");
   check(cudaDeviceSynchronize(), "kernel");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -74,9 +75,14 @@ struct Report {
   std::string str() const;
 };
 
-// Runs p on the GPU through forward() and measures it. nan_at_key >= 0 puts a NaN into that key
-// of (batch 0, kv head 0) first.
-Report run_case(const Problem& p, uint64_t seed = 1, int64_t nan_at_key = -1);
+// What runs the problem on the GPU: forward() unless a test passes another (a kernel config
+// the library does not select, say), with forward()'s arguments.
+using GpuRunner = std::function<void(const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                     const TensorRef& out, const TensorRef* lse, const Options& options)>;
+
+// Runs p on the GPU through forward() (or `runner`) and measures it. nan_at_key >= 0 puts a NaN
+// into that key of (batch 0, kv head 0) first.
+Report run_case(const Problem& p, uint64_t seed = 1, int64_t nan_at_key = -1, const GpuRunner& runner = {});
 
 // The absolute tolerances added to 2 * err(eager).
 double atol_out(DType dtype);

@@ -22,6 +22,7 @@ struct KernelParams {
   int64_t lse_sb, lse_sh, lse_sl;
   int64_t seqlen_q, seqlen_k, heads_q, group;  // group = query heads per kv head
   int64_t m_blocks;                            // query tiles per (batch, head)
+  int64_t tiles;                               // query tiles in all: m_blocks * heads_q * batch
   int d_chunks;                                // the problem's head dim / 8 (<= the kernel's)
   int band_lo, band_hi;  // the mask as a band (mask.h), clamped to [-seqlen_q, seqlen_k]
   ScoreTransform transform;
@@ -47,6 +48,7 @@ inline KernelParams make_kernel_params(const AttnParams& p, int block_m, Band ba
   k.heads_q = p.heads_q;
   k.group = p.group_size();
   k.m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  k.tiles = k.m_blocks * p.heads_q * p.batch;
   k.d_chunks = static_cast<int>(p.head_dim / 8);
   // Clamping keeps the band's meaning for rows in [0, Lq) and keys in [0, Lk): a lower edge at or
   // below -Lq never binds and one at or above Lk hides everything, and so for the upper edge.

@@ -60,6 +60,11 @@ struct Smem {
   __device__ uint64_t* v_full(int s) const { return barriers() + 1 + kCfg.stages + s; }
   __device__ uint64_t* k_empty(int s) const { return barriers() + 1 + 2 * kCfg.stages + s; }
   __device__ uint64_t* v_empty(int s) const { return barriers() + 1 + 3 * kCfg.stages + s; }
+  // Persistent CTAs only: Q empty; the tile-index ring (2 slots) and its full / empty barriers.
+  __device__ uint64_t* q_empty() const { return barriers() + 1 + 4 * kCfg.stages; }
+  __device__ uint64_t* tile_full(int s) const { return barriers() + 2 + 4 * kCfg.stages + s; }
+  __device__ uint64_t* tile_empty(int s) const { return barriers() + 4 + 4 * kCfg.stages + s; }
+  __device__ int64_t* tile_slot(int s) const { return reinterpret_cast<int64_t*>(barriers() + 6 + 4 * kCfg.stages) + s; }
 };
 
 // Key block j of the CTA's range sits in ring stage j % stages; the phase flips every lap.
@@ -78,10 +83,9 @@ struct Work {
 };
 
 template <class Cfg, class Mask>
-__device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask) {
+__device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask, int64_t tile) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   Work w;
-  const int64_t tile = blockIdx.x;
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
   const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
   const int64_t bh = tile / p.m_blocks;
@@ -94,21 +98,17 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask)
   return w;
 }
 
-// Warpgroup 0, one thread: Q once, then K and V block by block. K runs one block ahead of V
-// (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
+// Warpgroup 0, one thread: Q, then K and V block by block. K runs one block ahead of V (K0,
+// K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j. `ring` counts the
+// CTA's key blocks before this tile. Persistent CTAs load K0 first (its slot frees once the
+// last tile's scores are done) and Q once the consumers released the last tile's.
 template <class Cfg>
-__device__ void produce(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                        const CUtensorMap* tm_v, const Work& w) {
+__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                             const CUtensorMap* tm_v, const Work& w, int64_t ring,
+                                             uint32_t tile_phase) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
-  tma_prefetch_descriptor(tm_q);
-  tma_prefetch_descriptor(tm_k);
-  tma_prefetch_descriptor(tm_v);
-  mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
-  for (int c = 0; c < kChunks; ++c)
-    tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
-                static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
-  // A fresh barrier passes parity 1, so the first lap of the ring never waits for "empty".
+  // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase, int64_t j) {
     mbarrier_wait(empty, phase ^ 1);
     mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
@@ -117,16 +117,26 @@ __device__ void produce(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUte
       tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, static_cast<int32_t>(w.hk), key,
                   static_cast<int32_t>(w.b));
   };
+  auto load_k = [&](int64_t j) {
+    const Slot<Cfg> s(ring + j);
+    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
+  };
+  auto load_v = [&](int64_t j) {
+    const Slot<Cfg> s(ring + j);
+    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
+  };
   const int64_t blocks = w.n_end - w.n_begin;
+  if constexpr (kCfg.persistent) {
+    if (blocks > 0) load_k(0);
+    mbarrier_wait(sm.q_empty(), tile_phase ^ 1);
+  }
+  mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+  for (int c = 0; c < kChunks; ++c)
+    tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
+                static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
   for (int64_t j = 0; j <= blocks; ++j) {
-    if (j < blocks) {
-      const Slot<Cfg> s(j);
-      load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
-    }
-    if (j > 0) {
-      const Slot<Cfg> s(j - 1);
-      load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j - 1);
-    }
+    if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
+    if (j > 0) load_v(j - 1);
   }
 }
 
@@ -142,8 +152,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
 // __syncthreads). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
-// The last consumer hands consumer 0 the first turn and keeps its own last one, so every
-// barrier completes as many phases as it is waited on.
+// The last consumer hands consumer 0 the first turn. With one tile a CTA, it keeps its own last
+// turn; persistent CTAs pass every turn and consumer 0 takes one more at the end. Either way
+// every barrier completes as many phases as it is waited on.
 template <class Cfg>
 struct Turns {
   static constexpr int kN = Cfg::kCfg.consumers;
@@ -156,7 +167,10 @@ struct Turns {
     if (kOn) named_sync(1 + me, 256);
   }
   __device__ void pass(bool last) const {
-    if (kOn && !(last && me == kN - 1)) named_arrive(1 + (me + 1) % kN, 256);
+    if (kOn && !(!Cfg::kCfg.persistent && last && me == kN - 1)) named_arrive(1 + (me + 1) % kN, 256);
+  }
+  __device__ void finish() const {
+    if (kOn && Cfg::kCfg.persistent && me == 0) named_sync(1, 256);
   }
 };
 
@@ -201,11 +215,12 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
   if (lane == 0) mbarrier_arrive(empty);
 }
 
-// A consumer warpgroup: 64 query rows against key blocks [n_begin, n_end), in the order
-//   S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
+// A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
+// order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
+// `ring` counts the CTA's key blocks before this tile, `tile_phase` the parity of its Q.
 template <class Cfg, class T, class Mask>
-__device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const Work& w,
-                        int consumer) {
+__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask,
+                                             const Work& w, int consumer, int64_t ring, uint32_t tile_phase) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -280,12 +295,12 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
   };
 
-  mbarrier_wait<false>(sm.q_full(), 0);
+  mbarrier_wait<false>(sm.q_full(), tile_phase);
   const int64_t blocks = w.n_end - w.n_begin;
   if (blocks > 0) {
-    turn.start();
+    if constexpr (!kCfg.persistent) turn.start();
     {
-      const Slot<Cfg> sk(0);
+      const Slot<Cfg> sk(ring);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       turn.wait();
       gemm.scores(s, sk.stage);
@@ -297,7 +312,7 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
       to_fragments();
     }
     for (int64_t j = 1; j < blocks; ++j) {
-      const Slot<Cfg> sk(j), sv(j - 1);
+      const Slot<Cfg> sk(ring + j), sv(ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
@@ -320,7 +335,7 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
       to_fragments();
     }
     {
-      const Slot<Cfg> sv(blocks - 1);
+      const Slot<Cfg> sv(ring + blocks - 1);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.pv(o, pa, sv.stage);
@@ -330,6 +345,8 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
       release(sm.v_empty(sv.stage), lane);
     }
   }
+  // Every GEMM reading this Q is done: the next tile's Q may load during the epilogue.
+  if constexpr (kCfg.persistent) release(sm.q_empty(), lane);
 
   // Epilogue: O / l and LSE; rows past seqlen_q are not written.
 #pragma unroll
@@ -352,15 +369,58 @@ __device__ void consume(const Smem<Cfg>& sm, const KernelParams& p, const Mask& 
   }
 }
 
+// Persistent CTAs: tiles blockIdx.x, then gridDim.x + (a global counter's next value), handed
+// from the producer to the consumers through a 2-slot ring in shared memory (-1 ends the CTA).
+// Tiles run (batch, head)-major, longest first within a head, so the CTAs at work share heads'
+// K and V in L2 and the counter balances the causal mask's uneven tiles.
+template <class Cfg, class Mask>
+__device__ void produce_all(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const CUtensorMap* tm_q,
+                            const CUtensorMap* tm_k, const CUtensorMap* tm_v, int* tile_counter) {
+  int64_t ring = 0, tile = blockIdx.x;
+  for (uint32_t k = 0;; ++k) {
+    const int slot = k & 1;
+    mbarrier_wait(sm.tile_empty(slot), ((k >> 1) & 1) ^ 1);
+    *sm.tile_slot(slot) = tile < p.tiles ? tile : -1;
+    mbarrier_arrive(sm.tile_full(slot));  // release: the slot's value is seen by the waiters
+    if (tile >= p.tiles) return;
+    const Work w = work_of<Cfg>(p, mask, tile);
+    produce_tile<Cfg>(sm, tm_q, tm_k, tm_v, w, ring, k & 1);
+    ring += w.n_end - w.n_begin;
+    tile = gridDim.x + atomicAdd(tile_counter, 1);
+  }
+}
+
+template <class Cfg, class T, class Mask>
+__device__ void consume_all(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, int consumer) {
+  const Turns<Cfg> turn{consumer};
+  const int lane = threadIdx.x % 32;
+  turn.start();
+  int64_t ring = 0;
+  for (uint32_t k = 0;; ++k) {
+    const int slot = k & 1;
+    mbarrier_wait<false>(sm.tile_full(slot), (k >> 1) & 1);
+    const int64_t tile = *sm.tile_slot(slot);
+    __syncwarp();
+    release(sm.tile_empty(slot), lane);
+    if (tile < 0) break;
+    const Work w = work_of<Cfg>(p, mask, tile);
+    consume_tile<Cfg, T>(sm, p, mask, w, consumer, ring, k & 1);
+    ring += w.n_end - w.n_begin;
+  }
+  turn.finish();
+}
+
 template <class Cfg, class T, class Mask>
 __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const KernelParams p, const Mask mask) {
+                       const __grid_constant__ CUtensorMap tm_v, const KernelParams p, const Mask mask,
+                       int* tile_counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr TileConfig kCfg = Cfg::kCfg;
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
-  const Work w = work_of<Cfg>(p, mask);
+  Work w{};
+  if constexpr (!kCfg.persistent) w = work_of<Cfg>(p, mask, blockIdx.x);
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);
     for (int s = 0; s < kCfg.stages; ++s) {
@@ -369,16 +429,43 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       mbarrier_init(sm.k_empty(s), 4 * kCfg.consumers);
       mbarrier_init(sm.v_empty(s), 4 * kCfg.consumers);
     }
+    if constexpr (kCfg.persistent) {
+      mbarrier_init(sm.q_empty(), 4 * kCfg.consumers);
+      for (int s = 0; s < 2; ++s) {
+        mbarrier_init(sm.tile_full(s), 1);
+        mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers);
+      }
+    }
     fence_barrier_init();
   }
   __syncthreads();
   const int wg = warpgroup_index();
-  if (wg == 0) {
-    warpgroup_reg_dealloc<kCfg.producer_regs()>();
-    if (threadIdx.x == 0) produce<Cfg>(sm, &tm_q, &tm_k, &tm_v, w);
+  if constexpr (kCfg.persistent) {
+    if (wg == 0) {
+      warpgroup_reg_dealloc<kCfg.producer_regs()>();
+      if (threadIdx.x == 0) {
+        tma_prefetch_descriptor(&tm_q);
+        tma_prefetch_descriptor(&tm_k);
+        tma_prefetch_descriptor(&tm_v);
+        produce_all<Cfg>(sm, p, mask, &tm_q, &tm_k, &tm_v, tile_counter);
+      }
+    } else {
+      warpgroup_reg_alloc<kCfg.consumer_regs()>();
+      consume_all<Cfg, T>(sm, p, mask, wg - 1);
+    }
   } else {
-    warpgroup_reg_alloc<kCfg.consumer_regs()>();
-    consume<Cfg, T>(sm, p, mask, w, wg - 1);
+    if (wg == 0) {
+      warpgroup_reg_dealloc<kCfg.producer_regs()>();
+      if (threadIdx.x == 0) {
+        tma_prefetch_descriptor(&tm_q);
+        tma_prefetch_descriptor(&tm_k);
+        tma_prefetch_descriptor(&tm_v);
+        produce_tile<Cfg>(sm, &tm_q, &tm_k, &tm_v, w, 0, 0);
+      }
+    } else {
+      warpgroup_reg_alloc<kCfg.consumer_regs()>();
+      consume_tile<Cfg, T>(sm, p, mask, w, wg - 1, 0, 0);
+    }
   }
 #endif
 }

@@ -14,6 +14,9 @@ struct TileConfig {
   // FA4's trick, being measured (tests/cuda_sm90/tune_sm90): every poly_every-th weight of a
   // row is exp2 by a polynomial on the FMA pipe instead of the exp unit; 0 = none.
   int poly_every = 0;
+  // Being measured: persistent CTAs (one per SM) taking tiles from a counter in global memory,
+  // the next tile's K0 and Q loading under the current one's epilogue.
+  bool persistent = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }

@@ -1,0 +1,89 @@
+// persistent_test.cu: the sm90 kernel's experimental configs (persistent CTAs, exp2 on the FMA
+// pipe; tile_config.h) on the sm90 sweep against the oracle, under the same rule as the
+// library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside tune_sm90, which times them.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <string>
+
+#include "api/validate.h"
+#include "cuda/sm90/launch.cuh"
+#include "cuda_case.h"
+#include "sm90_cases.h"
+
+namespace tileattn::cuda_test {
+namespace {
+
+using detail::AttnParams;
+using detail::sm90::TileConfig;
+
+template <int D, bool kPersistent, int kPoly>
+struct Experimental {
+  static constexpr TileConfig kCfg = [] {
+    TileConfig c = detail::sm90::tile_config(D);
+    c.persistent = kPersistent;
+    c.poly_every = kPoly;
+    return c;
+  }();
+};
+
+template <class Cfg>
+void run_cfg(const AttnParams& p) {
+  const auto masked = [&](auto tag) {
+    using T = decltype(tag);
+    if (!p.has_window())
+      detail::sm90::launch<Cfg, T>(p, detail::NoMask{p.seqlen_k});
+    else
+      detail::sm90::launch<Cfg, T>(
+          p, detail::WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
+  };
+  if (p.dtype == DType::kBFloat16)
+    masked(__nv_bfloat16{});
+  else
+    masked(__half{});
+}
+
+template <bool kPersistent, int kPoly>
+void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                      const TensorRef* lse, const Options& options) {
+  AttnParams p;
+  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, &p)) throw *error;
+  if (p.head_dim == 64)
+    run_cfg<Experimental<64, kPersistent, kPoly>>(p);
+  else if (p.head_dim == 128)
+    run_cfg<Experimental<128, kPersistent, kPoly>>(p);
+  else
+    run_cfg<Experimental<256, kPersistent, kPoly>>(p);
+}
+
+class Sm90Experimental : public ::testing::TestWithParam<Problem> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (major != 9) GTEST_SKIP() << "not an sm_90 GPU";
+  }
+};
+
+TEST_P(Sm90Experimental, PersistentMatchesOracle) {
+  const Report r = run_case(GetParam(), 1, -1, run_experimental<true, 0>);
+  EXPECT_TRUE(r.ok()) << GetParam().name() << ": " << r.str();
+}
+
+TEST_P(Sm90Experimental, PolynomialExp2MatchesOracle) {
+  const Report r = run_case(GetParam(), 1, -1, run_experimental<false, 4>);
+  EXPECT_TRUE(r.ok()) << GetParam().name() << ": " << r.str();
+}
+
+std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
+  std::string s = info.param.name() + "_" + std::to_string(info.index);
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Sm90Experimental, ::testing::ValuesIn(sm90_cases()), name_of);
+
+}  // namespace
+}  // namespace tileattn::cuda_test

@@ -1,0 +1,57 @@
+// sm90_cases.h: the problems the sm90 kernel is checked on against the oracle: lengths on and
+// off the tile grid, Lq != Lk, each mask form, softcap, GQA/MQA, both dtypes, strided views, and
+// more query tiles than SMs.
+#pragma once
+
+#include <vector>
+
+#include "cuda_case.h"
+
+namespace tileattn::cuda_test {
+
+inline Problem make_problem(int64_t lq, int64_t lk, int64_t d, DType dtype, int64_t hq, int64_t hkv) {
+  Problem p;
+  p.seqlen_q = lq;
+  p.seqlen_k = lk;
+  p.head_dim = d;
+  p.dtype = dtype;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  return p;
+}
+
+inline std::vector<Problem> sm90_cases() {
+  std::vector<Problem> out;
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {
+      {1, 1}, {17, 203}, {128, 128}, {113, 1025}, {1023, 1025}, {1025, 63}, {256, 4096}, {2048, 2048}};
+  for (int64_t d : {64, 128, 256})
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16})
+      for (auto [lq, lk] : lengths)
+        for (int mask = 0; mask < 4; ++mask) {
+          Problem p = make_problem(lq, lk, d, dtype, 4, mask == 3 ? 1 : 2);  // GQA 2, MQA with softcap
+          if (mask == 1) p.options.causal = true;
+          if (mask == 2) p.options.window_left = 100, p.options.window_right = 30;
+          if (mask == 3) p.options.softcap = 30.0f;
+          out.push_back(p);
+        }
+  // More query tiles than an H100/H200 has SMs (for persistent CTAs).
+  Problem many = make_problem(1030, 777, 128, DType::kBFloat16, 8, 2);
+  many.batch = 2;
+  many.options.causal = true;
+  out.push_back(many);
+  Problem many64 = make_problem(800, 900, 64, DType::kFloat16, 16, 4);
+  many64.batch = 2;
+  many64.options.window_left = 300, many64.options.window_right = 0;
+  out.push_back(many64);
+  out.push_back(make_problem(1100, 1100, 256, DType::kBFloat16, 16, 16));
+  Problem strided = make_problem(300, 500, 128, DType::kBFloat16, 4, 2);
+  strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kPermuted;
+  out.push_back(strided);
+  Problem padded = make_problem(257, 129, 64, DType::kFloat16, 2, 2);
+  padded.q_layout = padded.kv_layout = padded.out_layout = Layout::kPadded;
+  padded.options.causal = true;
+  out.push_back(padded);
+  return out;
+}
+
+}  // namespace tileattn::cuda_test
