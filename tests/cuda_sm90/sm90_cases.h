@@ -34,7 +34,7 @@ inline std::vector<Problem> sm90_cases() {
           if (mask == 3) p.options.softcap = 30.0f;
           out.push_back(p);
         }
-  // More query tiles than an H100/H200 has SMs (for persistent CTAs).
+  // More query tiles than an H100/H200 has SMs (132): persistent CTAs take several each.
   Problem many = make_problem(1030, 777, 128, DType::kBFloat16, 8, 2);
   many.batch = 2;
   many.options.causal = true;
@@ -44,6 +44,15 @@ inline std::vector<Problem> sm90_cases() {
   many64.options.window_left = 300, many64.options.window_right = 0;
   out.push_back(many64);
   out.push_back(make_problem(1100, 1100, 256, DType::kBFloat16, 16, 16));
+  // Several tiles for every SM, with whole tiles of empty rows (causal, Lq > Lk) among them.
+  Problem crowded = make_problem(600, 250, 128, DType::kBFloat16, 4, 2);  // 320 tiles
+  crowded.batch = 16;
+  crowded.options.causal = true;
+  out.push_back(crowded);
+  Problem crowded64 = make_problem(700, 300, 64, DType::kFloat16, 8, 8);  // 256 tiles
+  crowded64.batch = 8;
+  crowded64.options.causal = true;
+  out.push_back(crowded64);
   Problem strided = make_problem(300, 500, 128, DType::kBFloat16, 4, 2);
   strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kPermuted;
   out.push_back(strided);

@@ -33,7 +33,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // arrival): with kTrap the kernel traps, so the launch fails with an error instead of hanging
 // the GPU. A 32-bit clock keeps the check to one register. Consumer warpgroups wait without it:
 // a trap in their code makes ptxas serialize the wgmmas and spill (measured with nvcc 13.0). A
-// stuck consumer mostly leaves the producer stuck on "empty" too, and its wait traps.
+// stuck consumer mostly leaves the producer stuck on "empty" too, and its wait traps; not when
+// the producer has issued its last load already (a hang in a CTA's last block hangs).
 inline constexpr uint32_t kHangCycles = 1u << 31;
 
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, so

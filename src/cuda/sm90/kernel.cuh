@@ -67,7 +67,8 @@ struct Smem {
   __device__ int64_t* tile_slot(int s) const { return reinterpret_cast<int64_t*>(barriers() + 6 + 4 * kCfg.stages) + s; }
 };
 
-// Key block j of the CTA's range sits in ring stage j % stages; the phase flips every lap.
+// The CTA's key block j (counted over all its tiles) sits in ring stage j % stages; the phase
+// flips every lap.
 template <class Cfg>
 struct Slot {
   int stage;
@@ -76,7 +77,7 @@ struct Slot {
       : stage(static_cast<int>(j % Cfg::kCfg.stages)), phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
 };
 
-// The CTA's work: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
+// One tile: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
 struct Work {
   int64_t b, h, hk, m0;
   int64_t n_begin, n_end;

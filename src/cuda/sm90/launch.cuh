@@ -36,22 +36,29 @@ void launch(const AttnParams& p, const Mask& mask) {
       map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
+  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
+  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   int64_t ctas = kp.tiles;
-  int* counter = nullptr;  // persistent CTAs: the next tile (each launch its own, on its stream)
+  // Persistent CTAs: the next tile's counter, each launch its own, allocated, zeroed and freed
+  // on the launch's stream (freed also when a step in between throws).
+  struct Counter {
+    int* ptr = nullptr;
+    cudaStream_t stream;
+    ~Counter() {
+      if (ptr) cudaFreeAsync(ptr, stream);
+    }
+  } counter{nullptr, stream};
   if constexpr (kCfg.persistent) {
     int device = 0, sms = 0;
     TILEATTN_CUDA_CHECK(cudaGetDevice(&device));
     TILEATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     ctas = ctas < sms ? ctas : sms;
-    TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counter), sizeof(int), stream));
-    TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
+    TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counter.ptr), sizeof(int), stream));
+    TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(int), stream));
   }
-  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
-  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, kp, mask,
-                                                                                            counter);
+                                                                                            counter.ptr);
   TILEATTN_CUDA_CHECK_LAUNCH();
-  if constexpr (kCfg.persistent) TILEATTN_CUDA_CHECK(cudaFreeAsync(counter, stream));
 }
 
 }  // namespace tileattn::detail::sm90
