@@ -441,32 +441,23 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   }
   __syncthreads();
   const int wg = warpgroup_index();
-  if constexpr (kCfg.persistent) {
-    if (wg == 0) {
-      warpgroup_reg_dealloc<kCfg.producer_regs()>();
-      if (threadIdx.x == 0) {
-        tma_prefetch_descriptor(&tm_q);
-        tma_prefetch_descriptor(&tm_k);
-        tma_prefetch_descriptor(&tm_v);
+  if (wg == 0) {
+    warpgroup_reg_dealloc<kCfg.producer_regs()>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_descriptor(&tm_q);
+      tma_prefetch_descriptor(&tm_k);
+      tma_prefetch_descriptor(&tm_v);
+      if constexpr (kCfg.persistent)
         produce_all<Cfg>(sm, p, mask, &tm_q, &tm_k, &tm_v, tile_counter);
-      }
-    } else {
-      warpgroup_reg_alloc<kCfg.consumer_regs()>();
-      consume_all<Cfg, T>(sm, p, mask, wg - 1);
+      else
+        produce_tile<Cfg>(sm, &tm_q, &tm_k, &tm_v, w, 0, 0);
     }
   } else {
-    if (wg == 0) {
-      warpgroup_reg_dealloc<kCfg.producer_regs()>();
-      if (threadIdx.x == 0) {
-        tma_prefetch_descriptor(&tm_q);
-        tma_prefetch_descriptor(&tm_k);
-        tma_prefetch_descriptor(&tm_v);
-        produce_tile<Cfg>(sm, &tm_q, &tm_k, &tm_v, w, 0, 0);
-      }
-    } else {
-      warpgroup_reg_alloc<kCfg.consumer_regs()>();
+    warpgroup_reg_alloc<kCfg.consumer_regs()>();
+    if constexpr (kCfg.persistent)
+      consume_all<Cfg, T>(sm, p, mask, wg - 1);
+    else
       consume_tile<Cfg, T>(sm, p, mask, w, wg - 1, 0, 0);
-    }
   }
 #endif
 }
