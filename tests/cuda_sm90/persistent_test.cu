@@ -27,33 +27,17 @@ struct Experimental {
   }();
 };
 
-template <class Cfg>
-void run_cfg(const AttnParams& p) {
-  const auto masked = [&](auto tag) {
-    using T = decltype(tag);
-    if (!p.has_window())
-      detail::sm90::launch<Cfg, T>(p, detail::NoMask{p.seqlen_k});
-    else
-      detail::sm90::launch<Cfg, T>(
-          p, detail::WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
-  };
-  if (p.dtype == DType::kBFloat16)
-    masked(__nv_bfloat16{});
-  else
-    masked(__half{});
-}
-
 template <bool kPersistent, int kPoly>
 void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                       const TensorRef* lse, const Options& options) {
   AttnParams p;
   if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, &p)) throw *error;
   if (p.head_dim == 64)
-    run_cfg<Experimental<64, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<64, kPersistent, kPoly>>(p);
   else if (p.head_dim == 128)
-    run_cfg<Experimental<128, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<128, kPersistent, kPoly>>(p);
   else
-    run_cfg<Experimental<256, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<256, kPersistent, kPoly>>(p);
 }
 
 class Sm90Experimental : public ::testing::TestWithParam<Problem> {

@@ -48,12 +48,7 @@ void time_one(const Buffers& buf, bool causal) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.window_left = -1;
   p.window_right = causal ? 0 : -1;
-  auto run = [&] {
-    if (causal)
-      detail::sm90::launch<C, __nv_bfloat16>(p, detail::WindowMask{L, 0, -1, 0});
-    else
-      detail::sm90::launch<C, __nv_bfloat16>(p, detail::NoMask{L});
-  };
+  auto run = [&] { detail::sm90::launch_for<C>(p); };
   // The library's kernel on the same problem, for the comparison.
   const TensorRef qr = TensorRef::contiguous(buf.q, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));
   const TensorRef kr = TensorRef::contiguous(buf.k, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));

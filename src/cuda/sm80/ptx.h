@@ -84,6 +84,17 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return r;
 }
 
+// Max or sum over the 4 lanes of a quad: in the mma.sync and wgmma accumulator layouts they
+// hold the columns of the same rows.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 // 2^x on the special-function unit (relative error ~2^-22; -inf -> 0, NaN -> NaN).
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -29,8 +29,7 @@ struct WarpSoftmax {
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < kN; ++j) mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = quad_max(mx);
         // A fully masked row of the block has mx = -inf, and -inf * post stays -inf.
         alpha[i][h] = row[i][h].advance(mx * post, conditional);
         rescale |= alpha[i][h] != 1.0f;
@@ -65,10 +64,7 @@ struct WarpSoftmax {
     for (int i = 0; i < kM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = row[i][h].l;
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        row[i][h].l = l;
+        row[i][h].l = quad_sum(row[i][h].l);
       }
   }
 };

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mask.h"
 #include "common/online_softmax.h"
@@ -27,20 +28,6 @@ namespace tileattn::detail::sm90 {
 
 using sm80::KernelParams;
 using sm80::ScoreTransform;
-
-template <class T> struct IsBf16 { static constexpr bool value = false; };
-template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
-
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (IsBf16<T>::value) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
 
 // Shared memory, carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring,
 // then the barriers.
@@ -141,16 +128,6 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const CUtensor
   }
 }
 
-// Max or sum over the 4 lanes of a quad (they hold the columns of the same two rows).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
 // __syncthreads). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
 // The last consumer hands consumer 0 the first turn. With one tile a CTA, it keeps its own last
@@ -182,7 +159,7 @@ template <class Cfg, class T>
 struct Gemms {
   static constexpr TileConfig kCfg = Cfg::kCfg;
   static constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
-  static constexpr bool kBf16 = IsBf16<T>::value;
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const Smem<Cfg>& sm;
   int consumer;
 
@@ -270,7 +247,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // post > 0, so the max of t times post is the max of the logits (log2 units).
-      alpha[half] = state[half].advance(quad_max(block_max[half]) * p.post, p.conditional);
+      alpha[half] = state[half].advance(sm80::quad_max(block_max[half]) * p.post, p.conditional);
       base[half] = state[half].base();
     }
     float sum[2] = {0.0f, 0.0f};
@@ -293,7 +270,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r) pa[kk][r] = sm80::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
   };
 
   mbarrier_wait<false>(sm.q_full(), tile_phase);
@@ -354,7 +331,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   for (int half = 0; half < 2; ++half) {
     const int64_t row = row0 + 8 * half;
     SoftmaxRow total = state[half];
-    total.l = quad_sum(state[half].l);
+    total.l = sm80::quad_sum(state[half].l);
     const float inv_l = total.inv_l();
     if (row < p.seqlen_q) {
       T* out = static_cast<T*>(p.out) + w.b * p.o_sb + row * p.o_sl + w.h * p.o_sh;
@@ -363,7 +340,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
         const int col = 8 * (i >> 2) + 2 * q;
         // A row that saw no key is exactly 0, whatever the accumulators hold.
         const float x0 = total.l == 0.0f ? 0.0f : o[i] * inv_l, x1 = total.l == 0.0f ? 0.0f : o[i + 1] * inv_l;
-        *reinterpret_cast<uint32_t*>(out + col) = pack2<T>(x0, x1);
+        *reinterpret_cast<uint32_t*>(out + col) = sm80::pack2<T>(x0, x1);
       }
       if (p.lse && q == 0) p.lse[w.b * p.lse_sb + w.h * p.lse_sh + row * p.lse_sl] = total.lse();
     }

@@ -61,4 +61,20 @@ void launch(const AttnParams& p, const Mask& mask) {
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 
+// The mask policy of p (none, or the window causal is a case of) and its dtype, for one config.
+template <class Cfg>
+void launch_for(const AttnParams& p) {
+  const auto masked = [&](auto element) {
+    using T = decltype(element);
+    if (!p.has_window())
+      launch<Cfg, T>(p, NoMask{p.seqlen_k});
+    else
+      launch<Cfg, T>(p, WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
+  };
+  if (p.dtype == DType::kBFloat16)
+    masked(__nv_bfloat16{});
+  else
+    masked(__half{});
+}
+
 }  // namespace tileattn::detail::sm90
