@@ -45,8 +45,9 @@ std::string failing_rows(int64_t n, const std::function<bool(int64_t)>& pred) {
 }
 
 // Runs forward and the oracle on a case whose inputs hold a NaN; checks every row against the
-// oracle NaN-for-NaN (Errors::mismatches) and the finite rows within tolerance.
-void check_nan_case(Case& c) {
+// oracle NaN-for-NaN (Errors::mismatches) and the finite rows within tolerance. Returns the
+// run for the caller's own checks.
+Result check_nan_case(Case& c) {
   c.run_oracle();
   const Result r = run_forward(c);
   expect_written(r, "forward");
@@ -54,6 +55,7 @@ void check_nan_case(Case& c) {
   EXPECT_EQ(e.mismatches, 0) << e.first_mismatch;
   EXPECT_LE(e.out, 1e-5);
   expect_empty_rows_exact(r, c);
+  return r;
 }
 
 Problem nan_problem(int64_t lq, int64_t lk, bool causal) {
@@ -70,8 +72,7 @@ Problem nan_problem(int64_t lq, int64_t lk, bool causal) {
 TEST(NaN, InQueryRowStaysInThatRow) {
   Case c(nan_problem(150, 130, false));
   c.q.set({0, 70, 1, 5}, NAN);  // one element of query row 70, head 1
-  check_nan_case(c);
-  const Result r = run_forward(c);
+  const Result r = check_nan_case(c);
   EXPECT_TRUE(out_row_all_nan(r.out, 0, 70, 1));
   for (int64_t h = 0; h < 2; ++h)
     EXPECT_EQ(
@@ -84,8 +85,7 @@ TEST(NaN, InVisibleKeyReachesRowsThatSeeIt) {
   // Causal, Lq = Lk = 150: key 100 is seen by rows 100..149 only.
   Case c(nan_problem(150, 150, true));
   c.k.set({0, 100, 0, 3}, NAN);
-  check_nan_case(c);
-  const Result r = run_forward(c);
+  const Result r = check_nan_case(c);
   for (int64_t h = 0; h < 2; ++h) {
     EXPECT_EQ(failing_rows(150, [&](int64_t i) { return out_row_all_nan(r.out, 0, i, h) == (i >= 100); }), "")
         << "head " << h << ": rows whose O is wrongly NaN or not NaN (rows 100.. see the NaN key)";
@@ -102,8 +102,7 @@ TEST(NaN, InVisibleValueReachesRowsThatSeeIt) {
   // Causal, Lq = Lk = 150: value 100 reaches rows 100..149; rows 64..99 share its key block.
   Case c(nan_problem(150, 150, true));
   c.v.set({0, 100, 0, 7}, NAN);
-  check_nan_case(c);
-  const Result r = run_forward(c);
+  const Result r = check_nan_case(c);
   for (int64_t h = 0; h < 2; ++h) {
     EXPECT_EQ(failing_rows(150, [&](int64_t i) { return out_row_any_nan(r.out, 0, i, h) == (i >= 100); }), "")
         << "head " << h << ": rows whose O is wrongly NaN or not NaN (rows 100.. see the NaN value)";
@@ -125,8 +124,7 @@ TEST(NaN, InMaskedKeyOrValueDoesNotLeak) {
   Case c(p);
   c.k.set({0, 30, 0, 0}, NAN);
   c.v.set({0, 31, 0, 0}, NAN);
-  check_nan_case(c);
-  const Result r = run_forward(c);
+  const Result r = check_nan_case(c);
   EXPECT_EQ(
       failing_rows(100, [&](int64_t i) { return out_row_any_nan(r.out, 0, i, 0) == (i == 30 || i == 31); }),
       "")
@@ -138,8 +136,7 @@ TEST(NaN, EmptyRowsStayZeroNextToNaNValues) {
   // every value row holds a NaN that the other rows of their tile do see.
   Case c(nan_problem(80, 64, true));
   c.v.set({0, 0, 0, 0}, NAN);
-  check_nan_case(c);
-  const Result r = run_forward(c);
+  const Result r = check_nan_case(c);
   for (int64_t h = 0; h < 2; ++h)
     EXPECT_EQ(failing_rows(16, [&](int64_t i) { return !out_row_any_nan(r.out, 0, i, h); }), "")
         << "head " << h << ": empty rows (0-15) with NaN in O";

@@ -57,10 +57,6 @@ std::string window_name(int64_t x) { return x < 0 ? "inf" : std::to_string(x); }
 
 }  // namespace
 
-// The library's own conversions (round to nearest even; NaN stays NaN).
-double read_element(const std::byte* p, DType dtype) { return element_as_double(p, dtype, 0); }
-void write_element(std::byte* p, DType dtype, double x) { set_element(p, dtype, 0, x); }
-
 const char* layout_name(Layout layout) {
   switch (layout) {
     case Layout::kContiguous:
@@ -177,11 +173,11 @@ int64_t HostTensor::position(const Index& idx) const {
 }
 
 double HostTensor::get(const Index& idx) const {
-  return read_element(bytes_.data() + position(idx) * dtype_size(dtype_), dtype_);
+  return element_as_double(bytes_.data(), dtype_, position(idx));
 }
 
 void HostTensor::set(const Index& idx, double x) {
-  write_element(bytes_.data() + position(idx) * dtype_size(dtype_), dtype_, x);
+  set_element(bytes_.data(), dtype_, position(idx), x);
 }
 
 uint64_t HostTensor::bits_at(int64_t pos) const {
@@ -203,10 +199,9 @@ void HostTensor::for_each(const std::function<void(const Index&)>& f) const {
 
 void HostTensor::fill_normal(std::mt19937_64& rng, double stddev) {
   std::normal_distribution<double> normal(0.0, stddev);
-  const size_t esize = dtype_size(dtype_);
   for (size_t pos = 0; pos < in_view_.size(); ++pos)
     if (!in_view_[pos])
-      write_element(bytes_.data() + pos * esize, dtype_, std::numeric_limits<double>::quiet_NaN());
+      set_element(bytes_.data(), dtype_, static_cast<int64_t>(pos), std::numeric_limits<double>::quiet_NaN());
   for_each([&](const Index& idx) {
     do set(idx, normal(rng));
     while (get(idx) == 0.0);  // never zero, even after rounding to the dtype

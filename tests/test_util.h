@@ -17,10 +17,6 @@ namespace tileattn::test {
 
 using Index = std::array<int64_t, 4>;
 
-// Element conversions written independently of the library's (round to nearest even).
-double read_element(const std::byte* p, DType dtype);
-void write_element(std::byte* p, DType dtype, double x);
-
 // How a [B, L, H, D] tensor sits in memory.
 enum class Layout {
   kContiguous,  // [B, L, H, D] row-major

@@ -92,7 +92,7 @@ FmaPeak measure_fma_peak(const FmaKernel& k, int threads, int trials, double sec
     best.wall = std::max(best.wall, r.wall);
   }
   const double flops_per_iteration = 2.0 * k.lanes * k.chains;
-  FmaPeak peak{k.isa, threads, k.lanes, k.chains, trials, seconds};
+  FmaPeak peak{k.isa, k.lanes, k.chains};
   peak.gflops = flops_per_iteration * best.cpu_time * 1e-9;
   peak.gflops_wall = flops_per_iteration * best.wall * 1e-9;
   return peak;

@@ -23,11 +23,8 @@ const FmaKernel* fma_kernel(const std::string& isa);
 
 struct FmaPeak {
   std::string isa;
-  int threads = 0;
   int lanes = 0;
   int chains = 0;
-  int trials = 0;
-  double seconds_per_trial = 0;
   // All threads together, best trial; 2 FLOPs per lane per FMA. Each thread's rate is taken over
   // its own CPU time, so other processes sharing the cores do not lower it (but more threads
   // than logical CPUs would overstate it).

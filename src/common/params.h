@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/mask.h"
 #include "tileattn/options.h"
 #include "tileattn/tensor.h"
 
@@ -44,6 +45,8 @@ struct AttnParams {
 
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // The window as a mask policy, bottom-right aligned (causal is window_right = 0).
+  WindowMask window_mask() const { return WindowMask{seqlen_k, seqlen_k - seqlen_q, window_left, window_right}; }
 };
 
 // The address of element `offset` (in elements) of a buffer of the given dtype.

@@ -169,13 +169,12 @@ void run(const AttnParams& p, const Mask& mask) {
 
 void forward(const AttnParams& p) {
   if (p.batch == 0 || p.seqlen_q == 0) return;
-  const int64_t offset = p.seqlen_k - p.seqlen_q;
-  if (p.window_left < 0 && p.window_right < 0)
+  if (!p.has_window())
     run(p, NoMask{p.seqlen_k});
   else if (p.window_left < 0 && p.window_right == 0)
-    run(p, CausalMask{p.seqlen_k, offset});
+    run(p, CausalMask{p.seqlen_k, p.seqlen_k - p.seqlen_q});
   else
-    run(p, WindowMask{p.seqlen_k, offset, p.window_left, p.window_right});
+    run(p, p.window_mask());
 }
 
 }  // namespace tileattn::detail::cpu

@@ -31,14 +31,8 @@ void time_one(void* q, void* k, void* v, void* o, float* lse, int64_t B, int64_t
   p.q_stride = p.k_stride = p.v_stride = p.out_stride = s;
   p.lse_stride = Strides3{H * L, L, 1};
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.causal = causal;
   p.window_right = causal ? 0 : -1;
-  auto run = [&] {
-    if (causal)
-      launch<Cfg, __nv_bfloat16>(p, WindowMask{L, 0, -1, 0});
-    else
-      launch<Cfg, __nv_bfloat16>(p, NoMask{L});
-  };
+  auto run = [&] { launch_masked<Cfg, __nv_bfloat16>(p); };
   for (int i = 0; i < 3; ++i) run();
   cudaEvent_t a, b;
   cudaEventCreate(&a);

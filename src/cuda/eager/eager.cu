@@ -152,7 +152,7 @@ int64_t run(const AttnParams& p) {
       static_cast<int>(Lk), static_cast<int>(batches), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 
   // 2. P = softmax(S).
-  const WindowMask mask{Lk, Lk - Lq, p.window_left, p.window_right};
+  const WindowMask mask = p.window_mask();
   const int64_t rows = batches * Lq;
   const unsigned grid = static_cast<unsigned>(rows < (1 << 30) ? rows : (1 << 30));
   softmax_rows<T><<<grid, 256, 0, stream>>>(s, prob, static_cast<float*>(p.lse), p.lse_stride, H, Lq, Lk,

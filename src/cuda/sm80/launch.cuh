@@ -17,7 +17,7 @@ template <class Tiles, class T, class Mask>
 void launch(const AttnParams& p, const Mask& mask) {
   constexpr TileConfig kCfg = Tiles::kCfg;
   const KernelParams kp = make_kernel_params(p, kCfg.block_m, mask.band());
-  const int64_t ctas = kp.m_blocks * p.heads_q * p.batch;  // < 2^31: checked by cuda_kernel_rejects
+  const int64_t ctas = kp.tiles;  // < 2^31: checked by cuda_kernel_rejects
   auto* kernel = &attention_fwd_sm80<Tiles, T, Mask>;
   // Above 48 KB dynamic shared memory is opt-in, per device, so this is set on every launch.
   TILEATTN_CUDA_CHECK(
@@ -34,7 +34,7 @@ void launch_masked(const AttnParams& p) {
   if (!p.has_window())
     launch<Tiles, T>(p, NoMask{p.seqlen_k});
   else
-    launch<Tiles, T>(p, WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
+    launch<Tiles, T>(p, p.window_mask());
 }
 
 template <int kHeadDim>

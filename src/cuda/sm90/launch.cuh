@@ -6,6 +6,7 @@
 
 #include "common/params.h"
 #include "cuda/check.h"
+#include "cuda/cuda_api.h"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
 
@@ -49,9 +50,7 @@ void launch(const AttnParams& p, const Mask& mask) {
     }
   } counter{nullptr, stream};
   if constexpr (kCfg.persistent) {
-    int device = 0, sms = 0;
-    TILEATTN_CUDA_CHECK(cudaGetDevice(&device));
-    TILEATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t sms = cuda::device_info(p.device_index).sm_count;
     ctas = ctas < sms ? ctas : sms;
     TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counter.ptr), sizeof(int), stream));
     TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(int), stream));
@@ -69,7 +68,7 @@ void launch_for(const AttnParams& p) {
     if (!p.has_window())
       launch<Cfg, T>(p, NoMask{p.seqlen_k});
     else
-      launch<Cfg, T>(p, WindowMask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right});
+      launch<Cfg, T>(p, p.window_mask());
   };
   if (p.dtype == DType::kBFloat16)
     masked(__nv_bfloat16{});
