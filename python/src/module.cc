@@ -198,12 +198,9 @@ int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, n
         break;
     }
   } catch (const tileattn::Error& e) {
-    // what() is "argument: message"; keep the message, rename the argument for Python.
-    const std::string what = e.what();
-    const std::string prefix = e.argument() + ": ";
-    const std::string message = what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
-    const bool is_dtype = message.find("dtype") != std::string::npos;
-    raise_argument_error(is_dtype ? PyExc_TypeError : PyExc_ValueError, python_name(e.argument()), message);
+    // The message under the argument's Python name.
+    const bool is_dtype = e.message().find("dtype") != std::string::npos;
+    raise_argument_error(is_dtype ? PyExc_TypeError : PyExc_ValueError, python_name(e.argument()), e.message());
   } catch (const tileattn::RuntimeError& e) {
     throw std::runtime_error(e.what());  // nanobind raises RuntimeError
   }

@@ -10,16 +10,6 @@ Selection none(std::string argument, std::string reason) {
   return Selection{Kernel::kAuto, std::move(argument), std::move(reason)};
 }
 
-// A kernel's rejection names its argument as a "k: " prefix when one tensor is at fault;
-// otherwise the problem's shape or dtype, reported against q.
-Selection rejected(const std::string& why) {
-  for (const char* name : {"q", "k", "v", "out", "lse"}) {
-    const std::string prefix = std::string(name) + ": ";
-    if (why.rfind(prefix, 0) == 0) return none(name, why.substr(prefix.size()));
-  }
-  return none("q", why);
-}
-
 std::string cpu_rejects(const AttnParams& p) {
   if (p.head_dim > kCpuMaxHeadDim)
     return "head_dim " + std::to_string(p.head_dim) + " exceeds the CPU limit of " +
@@ -51,11 +41,11 @@ Selection select_kernel(const AttnParams& p, const DeviceCaps& caps, Kernel requ
     return none("options.kernel", "sm90 needs an sm_90 GPU and a build with sm90a kernels (" + dev +
                                       " is " + std::to_string(caps.cc_major) + "." + std::to_string(caps.cc_minor) + ")");
   if (requested == Kernel::kCudaSm90 || (requested == Kernel::kAuto && hopper)) {
-    std::string why = cuda_kernel_rejects(p, Kernel::kCudaSm90);
-    if (why.empty()) return Selection{Kernel::kCudaSm90, {}, {}};
-    if (requested == Kernel::kCudaSm90) return rejected(why);
+    const Rejection r = cuda_kernel_rejects(p, Kernel::kCudaSm90);
+    if (r.ok()) return Selection{Kernel::kCudaSm90, {}, {}};
+    if (requested == Kernel::kCudaSm90) return none(r.argument, r.reason);
   }
-  if (auto why = cuda_kernel_rejects(p, Kernel::kCudaSm80); !why.empty()) return rejected(why);
+  if (const Rejection r = cuda_kernel_rejects(p, Kernel::kCudaSm80); !r.ok()) return none(r.argument, r.reason);
   return Selection{Kernel::kCudaSm80, {}, {}};
 }
 

@@ -27,9 +27,14 @@ struct Selection {
 
 Selection select_kernel(const AttnParams& p, const DeviceCaps& caps, Kernel requested);
 
-// Shape/feature checks of a CUDA kernel; empty when it can run p (defined with the CUDA limits).
-// A reason about one tensor starts with its name and ": " ("k: strides ..."), which selection
-// turns into the error's argument.
-std::string cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
+// Why a CUDA kernel cannot run p, and the argument at fault ("k" for its strides; "q" for the
+// problem's shape or dtype). An empty reason: it can.
+struct Rejection {
+  std::string argument, reason;
+  bool ok() const { return reason.empty(); }
+};
+
+// Shape/feature checks of a CUDA kernel (defined with the CUDA limits).
+Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
 
 }  // namespace tileattn::detail
