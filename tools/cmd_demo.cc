@@ -128,7 +128,10 @@ int run_demo(const DemoArgs& a) {
   // Both rejected the same input: a usage error, reported as the library phrased it.
   if (tiled.bad_input && standard.bad_input) std::rethrow_exception(tiled.bad_input);
 
-  const Tiles tiles = on_cpu ? cpu_tiles(shape, threads) : gpu_tiles(shape);
+  // The model uses the tiles of the kernel that ran (the library says which).
+  const TensorRef lse_ref = data.lse();
+  const Kernel kernel = supported(data.q(), data.k(), data.v(), data.out(), &lse_ref, options).kernel;
+  const Tiles tiles = on_cpu ? cpu_tiles(shape, threads) : gpu_tiles(shape, kernel);
   const Traffic eager_io = eager_traffic(shape, dtype);
   const Traffic tiled_io = tiled_traffic(shape, dtype, a.causal, tiles);
   const Traffic tiled_floor = tiled_traffic_kv_once(shape, dtype);

@@ -23,7 +23,9 @@ struct IoArgs {
 
 // The tiles for one row: the flags when given, else the kernel's own for this shape.
 Tiles tiles_for(const IoArgs& a, const Shape& shape) {
-  Tiles t = a.kernel == "gpu" ? gpu_tiles(shape) : cpu_tiles(shape, thread_count(a.threads));
+  Tiles t = a.kernel == "cpu"    ? cpu_tiles(shape, thread_count(a.threads))
+            : a.kernel == "sm90" ? gpu_tiles(shape, Kernel::kCudaSm90)
+                                 : gpu_tiles(shape, Kernel::kCudaSm80);
   if (a.block_q > 0) t.block_q = a.block_q;
   if (a.block_k > 0) t.block_k = a.block_k;
   return t;
@@ -36,7 +38,7 @@ int run_io(const IoArgs& a) {
   std::printf("problem  B=%lld Hq=%lld Hkv=%lld D=%lld %s, %s; tiles Br x Bc of the %s kernel%s\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.heads),
               static_cast<long long>(kv_heads), static_cast<long long>(a.head_dim), dtype_name(dtype),
-              a.causal ? "causal" : "not causal", a.kernel == "gpu" ? "GPU (sm80)" : "CPU",
+              a.causal ? "causal" : "not causal", a.kernel == "cpu" ? "CPU" : a.kernel == "sm90" ? "GPU (sm90)" : "GPU (sm80)",
               a.block_q > 0 || a.block_k > 0 ? ", as overridden by --block-q/--block-k" : "");
   std::printf("eager    Q, K read; S written, read; P written, read; V read; O, LSE written\n");
   std::printf("tiled    Q read once; K, V read once per query tile; O, LSE written once\n\n");
@@ -74,8 +76,9 @@ Command add_io(CLI::App& app) {
       ->delimiter(',')
       ->check(positive_int())
       ->capture_default_str();
-  sub->add_option("--kernel", args->kernel, "whose tiles to model: cpu (this machine's threads) or gpu")
-      ->check(one_of({"cpu", "gpu"}))
+  sub->add_option("--kernel", args->kernel,
+                  "whose tiles to model: cpu (this machine's threads), gpu (= sm80) or sm90")
+      ->check(one_of({"cpu", "gpu", "sm80", "sm90"}))
       ->capture_default_str();
   add_threads_flag(*sub, &args->threads);
   sub->add_option("--block-q", args->block_q, "query rows per tile, Br (default: the kernel's)")

@@ -7,6 +7,7 @@
 // dependency) so that the model cannot drift from the kernel it describes.
 #include "cpu/tile_config.h"
 #include "cuda/sm80/tile_config.h"
+#include "cuda/sm90/tile_config.h"
 
 namespace tileattn::cli {
 namespace {
@@ -22,7 +23,11 @@ Tiles cpu_tiles(const Shape& s, int threads) {
   return Tiles{t.block_q, t.block_k};
 }
 
-Tiles gpu_tiles(const Shape& s) {
+Tiles gpu_tiles(const Shape& s, Kernel kernel) {
+  if (kernel == Kernel::kCudaSm90) {
+    const auto t = detail::sm90::tile_config(s.head_dim);
+    return Tiles{t.block_m(), t.block_n};
+  }
   const auto t = detail::sm80::tile_config(detail::sm80::padded_head_dim(s.head_dim));
   return Tiles{t.block_m, t.block_n};
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "shape.h"
+#include "tileattn/options.h"
 #include "tileattn/tensor.h"
 
 namespace tileattn::cli {
@@ -22,8 +23,9 @@ struct Tiles {
 // The CPU kernel's tiles for this problem on `threads` threads: the kernel's own tile_config (Br
 // shrinks from 256 towards 64 when big tiles would leave threads idle; Bc = 64).
 Tiles cpu_tiles(const Shape& shape, int threads);
-// The GPU kernel's tiles as the sm80 kernel sets them: Br = 128; Bc = 128 at D <= 64, else 64.
-Tiles gpu_tiles(const Shape& shape);
+// A GPU kernel's tiles as it sets them. sm80: Br = 128; Bc = 128 at D <= 64, else 64. sm90 (D 64,
+// 128, 256): Br = 192, 128, 128; Bc = 128, 128, 80.
+Tiles gpu_tiles(const Shape& shape, Kernel kernel = Kernel::kCudaSm80);
 
 // Eager: read Q and K, write S, read S and write P, read P and V, write O and LSE. Every query
 // head reads its kv head's K and V; the mask does not shrink S and P (they are materialized whole).
