@@ -7,7 +7,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
-#   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it)
+#   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
+#             the lengths in TUNE_L (default 1024 4096 16384)
 #   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
 #             plot.py (PNGs); tileattn is timed through the CLI
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
@@ -82,7 +83,7 @@ run_python() {
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
-  step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" 1024 4096 16384
+  step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" ${TUNE_L:-1024 4096 16384}
   awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
 }
 run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
