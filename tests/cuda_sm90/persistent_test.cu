@@ -1,6 +1,5 @@
-// persistent_test.cu: the sm90 kernel's experimental configs (persistent CTAs, exp2 on the FMA
-// pipe; tile_config.h) on the sm90 sweep against the oracle, under the same rule as the
-// library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside tune_sm90, which times them.
+// persistent_test.cu: the sm90 kernel with persistent CTAs (tile_config.h) on the sm90 sweep
+// against the oracle, under the same rule as the library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside tune_sm90, which times them.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -17,27 +16,26 @@ namespace {
 using detail::AttnParams;
 using detail::sm90::TileConfig;
 
-template <int D, bool kPersistent, int kPoly>
+template <int D, bool kPersistent>
 struct Experimental {
   static constexpr TileConfig kCfg = [] {
     TileConfig c = detail::sm90::tile_config(D);
     c.persistent = kPersistent;
-    c.poly_every = kPoly;
     return c;
   }();
 };
 
-template <bool kPersistent, int kPoly>
+template <bool kPersistent>
 void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                       const TensorRef* lse, const Options& options) {
   AttnParams p;
   if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, &p)) throw *error;
   if (p.head_dim == 64)
-    detail::sm90::launch_for<Experimental<64, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<64, kPersistent>>(p);
   else if (p.head_dim == 128)
-    detail::sm90::launch_for<Experimental<128, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<128, kPersistent>>(p);
   else
-    detail::sm90::launch_for<Experimental<256, kPersistent, kPoly>>(p);
+    detail::sm90::launch_for<Experimental<256, kPersistent>>(p);
 }
 
 class Sm90Experimental : public ::testing::TestWithParam<Problem> {
@@ -51,12 +49,7 @@ class Sm90Experimental : public ::testing::TestWithParam<Problem> {
 };
 
 TEST_P(Sm90Experimental, PersistentMatchesOracle) {
-  const Report r = run_case(GetParam(), 1, -1, run_experimental<true, 0>);
-  EXPECT_TRUE(r.ok()) << GetParam().name() << ": " << r.str();
-}
-
-TEST_P(Sm90Experimental, PolynomialExp2MatchesOracle) {
-  const Report r = run_case(GetParam(), 1, -1, run_experimental<false, 4>);
+  const Report r = run_case(GetParam(), 1, -1, run_experimental<true>);
   EXPECT_TRUE(r.ok()) << GetParam().name() << ": " << r.str();
 }
 

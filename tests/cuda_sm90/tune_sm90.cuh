@@ -26,9 +26,9 @@ struct Buffers {
   int64_t B, L, H;
 };
 
-template <int D, int N, int S, int C, bool PP, int Poly = 0, bool Persistent = false>
+template <int D, int N, int S, int C, bool PP, bool Persistent = false>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Poly, Persistent};
+  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent};
 };
 
 // The largest |variant - default| over the output, read back on the host.
@@ -82,9 +82,9 @@ void time_one(const Buffers& buf, bool causal) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const double flops = 4.0 * B * H * L * L * c.head_dim * (causal ? 0.5 : 1.0);
-  std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d poly=%d persistent=%d smem=%6d causal=%d L=%5lld: "
+  std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d smem=%6d causal=%d L=%5lld: "
               "%.3f ms %6.1f TFLOP/s  max|diff vs default| %.3g\n",
-              c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.poly_every, c.persistent, c.smem_bytes(),
+              c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.smem_bytes(),
               causal,
               static_cast<long long>(L), ms, flops / ms / 1e9, diff);
 }

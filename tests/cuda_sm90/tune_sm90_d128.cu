@@ -2,8 +2,6 @@
 namespace tileattn::sm90_tune {
 void tune_d128(const Buffers& b, bool causal) {
   time_one<Cfg<128, 128, 2, 2, true>>(b, causal);
-  time_one<Cfg<128, 128, 2, 2, true, 0, true>>(b, causal);
-  time_one<Cfg<128, 128, 2, 2, true, 4>>(b, causal);
-  time_one<Cfg<128, 176, 2, 2, true, 0, true>>(b, causal);
+  time_one<Cfg<128, 128, 2, 2, true, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -2,7 +2,6 @@
 namespace tileattn::sm90_tune {
 void tune_d256(const Buffers& b, bool causal) {
   time_one<Cfg<256, 80, 2, 2, true>>(b, causal);
-  time_one<Cfg<256, 80, 2, 2, true, 0, true>>(b, causal);
-  time_one<Cfg<256, 80, 2, 2, true, 4>>(b, causal);
+  time_one<Cfg<256, 80, 2, 2, true, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

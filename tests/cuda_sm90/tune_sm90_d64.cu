@@ -2,9 +2,6 @@
 namespace tileattn::sm90_tune {
 void tune_d64(const Buffers& b, bool causal) {
   time_one<Cfg<64, 128, 2, 3, true>>(b, causal);
-  time_one<Cfg<64, 128, 2, 3, true, 0, true>>(b, causal);
-  time_one<Cfg<64, 128, 2, 3, true, 2>>(b, causal);
-  time_one<Cfg<64, 128, 2, 3, true, 4>>(b, causal);
-  time_one<Cfg<64, 128, 2, 3, true, 4, true>>(b, causal);
+  time_one<Cfg<64, 128, 2, 3, true, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

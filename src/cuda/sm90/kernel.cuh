@@ -18,7 +18,6 @@
 #include "cuda/sm80/ptx.h"
 #include "cuda/sm80/scores.h"
 #include "cuda/sm90/barrier.cuh"
-#include "cuda/sm90/exp2.cuh"
 #include "cuda/sm90/tile_config.h"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
@@ -254,12 +253,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) {
       const float t = fmaf(s[i], p.post, -base[(i >> 1) & 1]);  // one FFMA, then the exp unit
-      constexpr int kEvery = kCfg.poly_every;
-      if constexpr (kEvery > 0) {
-        s[i] = i % kEvery == kEvery - 1 ? exp2_fma(t) : sm80::ex2(t);
-      } else {
-        s[i] = sm80::ex2(t);
-      }
+      s[i] = sm80::ex2(t);
       sum[(i >> 1) & 1] += s[i];
     }
     state[0].add(sum[0]);  // this thread's columns only; the quad's sum is taken at the end

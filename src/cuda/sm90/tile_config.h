@@ -11,9 +11,6 @@ struct TileConfig {
   int stages;     // depth of the K ring and of the V ring
   int consumers;  // consumer warpgroups (2 or 3)
   bool pingpong;  // consumers take turns issuing their GEMMs (one's softmax under the other's)
-  // FA4's trick, being measured (tests/cuda_sm90/tune_sm90): every poly_every-th weight of a
-  // row is exp2 by a polynomial on the FMA pipe instead of the exp unit; 0 = none.
-  int poly_every = 0;
   // Being measured: persistent CTAs (one per SM) taking tiles from a counter in global memory,
   // the next tile's K0 and Q loading under the current one's epilogue.
   bool persistent = false;
@@ -45,6 +42,10 @@ struct TileConfig {
 //   the loads already have a step of lead: K is released right after S, V after P V).
 // - Ping-pong (consumers taking turns on the tensor cores) is worth 0-4%, most on causal
 //   problems of short rows; it is on everywhere.
+// - FA4's exp2 by a cubic on the FMA pipe for every 2nd or 4th weight of a row (tried, then
+//   removed): slower on every shape, e.g. D = 64, L = 4096: 351 / 399 against 472, D = 128:
+//   557 against 639 (bench/results/tune_sm90_h200_2026-11-29_persistent_poly.txt). The FMA and
+//   ALU pipes already carry the softmax's scaling, maxima, sums and conversions.
 constexpr TileConfig tile_config(int head_dim) {
   if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true};
   if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true};
