@@ -1,6 +1,7 @@
 // sanitize_small.cc: a handful of small problems that touch every kernel path (each compiled head
 // dim and a padded one, both mask policies, ragged ends, empty rows, softcap, fp16, strided
-// views, no keys at all), sized to run under compute-sanitizer (memcheck, racecheck, synccheck).
+// views, no keys at all, GQA packing), sized to run under compute-sanitizer (memcheck,
+// racecheck, synccheck).
 // Exits non-zero when a result is wrong.
 #include <cstdio>
 #include <vector>
@@ -32,6 +33,10 @@ int main() {
   add(200, 70, 64, DType::kBFloat16, 1);  // rows before the first key: empty
   add(33, 300, 128, DType::kFloat16, 3);
   add(5, 0, 64, DType::kBFloat16, 0);  // no keys at all
+  Problem decode;  // GQA packing on sm90: 8 query heads of one KV head in a tile
+  decode.seqlen_q = 3, decode.seqlen_k = 300, decode.head_dim = 128, decode.heads_q = 8, decode.heads_kv = 1;
+  decode.options.causal = true;
+  problems.push_back(decode);
   Problem strided;
   strided.seqlen_q = 65, strided.seqlen_k = 129, strided.head_dim = 72, strided.heads_q = 4,
   strided.heads_kv = 2;

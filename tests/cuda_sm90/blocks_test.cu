@@ -1,6 +1,7 @@
 // blocks_test.cu: the sm90 building blocks checked on the device before any kernel relies on
 // them: TMA loads (128-byte swizzle) completing on an mbarrier, wgmma SS and RS with K-major and
-// N-major B against a CPU GEMM, a TMA store, and setmaxnreg across three warpgroups.
+// N-major B against a CPU GEMM, a TMA store, GQA packing's 5-D box, and setmaxnreg across
+// three warpgroups.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -213,5 +214,75 @@ TEST(Sm90Blocks, SetmaxnregMovesRegistersBetweenWarpgroups) {
   for (int t = 0; t < 384; ++t) EXPECT_EQ(out[t], t < 128 ? 1 : 2 + t / 128) << "thread " << t;
 }
 
+
+// GQA packing's 5-D box (launch.cuh, packed_map_of): [B, L, H, D] viewed as (D, pack, H / pack, L,
+// B). A box of `rows` rows at head group 1 must put position r / pack of head pack + r % pack in
+// shared-memory row r, 128-byte swizzled (16-byte unit u of row r at u ^ (r % 8)), read positions
+// past L as zero, and store back only positions below L. The kernel copies the box, as it landed,
+// to `raw`, then stores it into `out`.
+constexpr int kPackL = 5, kPackLAlloc = 8, kPackH = 8, kPack = 4, kPackD = 64, kPackRows = 32;
+
+__global__ void __launch_bounds__(128, 1)
+    packed_box(const __grid_constant__ CUtensorMap map_in, const __grid_constant__ CUtensorMap map_out,
+               uint16_t* raw) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bar, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(&bar, kPackRows * 128);
+    tma_load_5d(smem, &map_in, &bar, 0, 0, 1, 0, 0);
+  }
+  mbarrier_wait(&bar, 0);
+  const uint16_t* words = reinterpret_cast<const uint16_t*>(smem);
+  for (int i = threadIdx.x; i < kPackRows * 64; i += blockDim.x) raw[i] = words[i];
+  fence_proxy_async();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma_store_5d(&map_out, smem, 0, 0, 1, 0, 0);
+    tma_store_commit();
+    tma_store_wait_read();
+  }
+}
+
+TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int n = kPackLAlloc * kPackH * kPackD;  // [1, L, H, D], rows past L allocated
+  std::vector<uint16_t> in(n), poison(n, 0x7fc1);
+  for (int i = 0; i < n; ++i) in[i] = static_cast<uint16_t>(0x3c00 + (i % 8191));  // distinct finite bf16
+  DeviceArray<uint16_t> din(n), dout(n), draw(kPackRows * 64);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(din.ptr, in.data(), n * 2, cudaMemcpyHostToDevice));
+  TILEATTN_CUDA_CHECK(cudaMemcpy(dout.ptr, poison.data(), n * 2, cudaMemcpyHostToDevice));
+  const uint64_t dims[5] = {kPackD, kPack, kPackH / kPack, kPackL, 1};
+  const uint64_t strides[4] = {kPackD * 2, kPackD * 2 * kPack, kPackH * kPackD * 2, kPackL * kPackH * kPackD * 2};
+  const uint32_t box[5] = {64, kPack, 1, kPackRows / kPack, 1};
+  const CUtensorMap map_in = make_tensor_map_16bit(din.ptr, true, 5, dims, strides, box, true);
+  const CUtensorMap map_out = make_tensor_map_16bit(dout.ptr, true, 5, dims, strides, box, true);
+  const int smem = 1024 + kPackRows * 128;
+  packed_box<<<1, 128, smem>>>(map_in, map_out, draw.ptr);
+  TILEATTN_CUDA_CHECK(cudaGetLastError());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> raw(kPackRows * 64), out(n);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(raw.data(), draw.ptr, raw.size() * 2, cudaMemcpyDeviceToHost));
+  TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, n * 2, cudaMemcpyDeviceToHost));
+  auto at = [](int l, int h, int d) { return (l * kPackH + h) * kPackD + d; };
+  for (int r = 0; r < kPackRows; ++r)
+    for (int d = 0; d < kPackD; ++d) {
+      const int pos = r / kPack, head = kPack + r % kPack;
+      const int word = r * 64 + (((d / 8) ^ (r % 8)) * 8) + d % 8;
+      const uint16_t want = pos < kPackL ? in[at(pos, head, d)] : 0;
+      ASSERT_EQ(raw[word], want) << "row " << r << " column " << d;
+    }
+  for (int l = 0; l < kPackLAlloc; ++l)
+    for (int h = 0; h < kPackH; ++h)
+      for (int d = 0; d < kPackD; ++d) {
+        const bool stored = l < kPackL && h >= kPack;
+        ASSERT_EQ(out[at(l, h, d)], stored ? in[at(l, h, d)] : poison[0]) << "l " << l << " h " << h << " d " << d;
+      }
+}
 }  // namespace
 }  // namespace tileattn::detail::sm90

@@ -1,6 +1,6 @@
 // sm90_cases.h: the problems the sm90 kernel is checked on against the oracle: lengths on and
-// off the tile grid, Lq != Lk, each mask form, softcap, GQA/MQA, both dtypes, strided views, and
-// more query tiles than SMs.
+// off the tile grid, Lq != Lk, each mask form, softcap, GQA/MQA (packed and not), both dtypes,
+// strided views, and more query tiles than SMs.
 #pragma once
 
 #include <vector>
@@ -53,6 +53,27 @@ inline std::vector<Problem> sm90_cases() {
   crowded64.batch = 8;
   crowded64.options.causal = true;
   out.push_back(crowded64);
+  // GQA packing (tile_config.h, pack_factor): several query heads of one KV head in a tile, for
+  // short rows; each mask form, a group that divides 64 (packed) and one that does not (3),
+  // 64 heads to one (a consumer's 64 rows are one position), batches, permuted views.
+  const struct {
+    int64_t lq, lk, d, hq, hkv, batch;
+    int mask;
+  } packed[] = {{1, 1025, 128, 32, 4, 2, 0},  {1, 300, 128, 16, 2, 1, 1},  {5, 300, 64, 16, 1, 3, 2},
+                {40, 1000, 256, 8, 2, 1, 1},  {17, 203, 128, 6, 2, 2, 0},  {60, 777, 64, 64, 1, 1, 1},
+                {3, 64, 256, 4, 1, 1, 3},     {33, 129, 64, 8, 4, 2, 2}};
+  for (const auto& c : packed) {
+    Problem p = make_problem(c.lq, c.lk, c.d, c.d == 64 ? DType::kFloat16 : DType::kBFloat16, c.hq, c.hkv);
+    p.batch = c.batch;
+    if (c.mask == 1) p.options.causal = true;
+    if (c.mask == 2) p.options.window_left = 50, p.options.window_right = 7;
+    if (c.mask == 3) p.options.softcap = 20.0f;
+    out.push_back(p);
+  }
+  Problem packed_view = make_problem(3, 500, 128, DType::kBFloat16, 8, 2);
+  packed_view.q_layout = packed_view.kv_layout = packed_view.out_layout = Layout::kPermuted;
+  packed_view.options.causal = true;
+  out.push_back(packed_view);
   Problem strided = make_problem(300, 500, 128, DType::kBFloat16, 4, 2);
   strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kPermuted;
   out.push_back(strided);

@@ -1,7 +1,7 @@
 // tune_sm90.cuh: times the sm90 forward under alternative configs (not the library's), to back
-// the choices in src/cuda/sm90/tile_config.h, and to time the kernel with one stage of its
-// pipeline turned off (ping-pong). Each variant's output is compared with the library's
-// default kernel on the same inputs. Built with -DTILEATTN_SM90_TUNE=ON only.
+// the choices in src/cuda/sm90/tile_config.h, and to time the kernel with one part of it turned
+// off (ping-pong, GQA packing). Each variant's output is compared with the library's default
+// kernel on the same inputs. Built with -DTILEATTN_SM90_TUNE=ON only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,15 +20,16 @@ namespace tileattn::sm90_tune {
 using detail::AttnParams;
 using detail::sm90::TileConfig;
 
+// Device buffers of n elements each (q, k, v, o, ref) and the LSE, and the problem timed.
 struct Buffers {
   void *q, *k, *v, *o, *ref;
   float* lse;
-  int64_t B, L, H;
+  int64_t B, Lq, Lk, Hq, Hkv;
 };
 
-template <int D, int N, int S, int C, bool PP, bool Persistent = false>
+template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent};
+  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack};
 };
 
 // The largest |variant - default| over the output, read back on the host.
@@ -37,34 +38,35 @@ double max_diff_bf16(const void* a, const void* b, int64_t n);
 template <class C>
 void time_one(const Buffers& buf, bool causal) {
   constexpr TileConfig c = C::kCfg;
-  const int64_t B = buf.B, L = buf.L, H = buf.H;
+  constexpr int64_t D = c.head_dim;
+  const int64_t B = buf.B, Lq = buf.Lq, Lk = buf.Lk, Hq = buf.Hq, Hkv = buf.Hkv;
   AttnParams p;
   p.q = buf.q, p.k = buf.k, p.v = buf.v, p.out = buf.o, p.lse = buf.lse;
   p.dtype = p.out_dtype = DType::kBFloat16;
-  p.batch = B, p.seqlen_q = p.seqlen_k = L, p.heads_q = p.heads_kv = H, p.head_dim = c.head_dim;
-  const detail::Strides4 s{L * H * c.head_dim, H * c.head_dim, c.head_dim, 1};
-  p.q_stride = p.k_stride = p.v_stride = p.out_stride = s;
-  p.lse_stride = detail::Strides3{H * L, L, 1};
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.batch = B, p.seqlen_q = Lq, p.seqlen_k = Lk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D;
+  p.q_stride = p.out_stride = detail::Strides4{Lq * Hq * D, Hq * D, D, 1};
+  p.k_stride = p.v_stride = detail::Strides4{Lk * Hkv * D, Hkv * D, D, 1};
+  p.lse_stride = detail::Strides3{Hq * Lq, Lq, 1};
+  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
   p.window_left = -1;
   p.window_right = causal ? 0 : -1;
   auto run = [&] { detail::sm90::launch_for<C>(p); };
   // The library's kernel on the same problem, for the comparison.
-  const TensorRef qr = TensorRef::contiguous(buf.q, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));
-  const TensorRef kr = TensorRef::contiguous(buf.k, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));
-  const TensorRef vr = TensorRef::contiguous(buf.v, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));
-  const TensorRef rr = TensorRef::contiguous(buf.ref, DType::kBFloat16, {B, L, H, c.head_dim}, Device::cuda(0));
+  auto ref = [&](void* ptr, int64_t L, int64_t H) {
+    return TensorRef::contiguous(ptr, DType::kBFloat16, {B, L, H, D}, Device::cuda(0));
+  };
   Options opt;
   opt.causal = causal;
-  forward(qr, kr, vr, rr, nullptr, opt);
-  cudaMemset(buf.o, 0xff, B * L * H * c.head_dim * 2);  // NaN: unwritten elements show
+  forward(ref(buf.q, Lq, Hq), ref(buf.k, Lk, Hkv), ref(buf.v, Lk, Hkv), ref(buf.ref, Lq, Hq), nullptr, opt);
+  const int64_t n_out = B * Lq * Hq * D;
+  cudaMemset(buf.o, 0xff, n_out * 2);  // NaN: unwritten elements show
   run();
   if (cudaDeviceSynchronize() != cudaSuccess) {
     std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d causal=%d: FAILED (%s)\n", c.head_dim, c.block_n,
                 c.stages, c.consumers, c.pingpong, causal, cudaGetErrorString(cudaGetLastError()));
     return;
   }
-  const double diff = max_diff_bf16(buf.o, buf.ref, B * L * H * c.head_dim);
+  const double diff = max_diff_bf16(buf.o, buf.ref, n_out);
   for (int i = 0; i < 3; ++i) run();
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -81,16 +83,19 @@ void time_one(const Buffers& buf, bool causal) {
   }
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
-  const double flops = 4.0 * B * H * L * L * c.head_dim * (causal ? 0.5 : 1.0);
-  std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d smem=%6d causal=%d L=%5lld: "
-              "%.3f ms %6.1f TFLOP/s  max|diff vs default| %.3g\n",
-              c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.smem_bytes(),
-              causal,
-              static_cast<long long>(L), ms, flops / ms / 1e9, diff);
+  const double flops = 4.0 * B * Hq * Lq * Lk * D * (causal && Lq == Lk ? 0.5 : 1.0);
+  const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
+  std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d "
+              "B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
+              "max|diff vs default| %.3g\n",
+              c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.smem_bytes(),
+              causal, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+              static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
 }
 
 void tune_d64(const Buffers& buf, bool causal);
 void tune_d128(const Buffers& buf, bool causal);
 void tune_d256(const Buffers& buf, bool causal);
+void tune_decode(const Buffers& buf, bool causal);  // GQA with short rows: packing on and off
 
 }  // namespace tileattn::sm90_tune

@@ -1,5 +1,5 @@
 // tune_sm90 [L...]: the sm90 configs of tune_sm90_d*.cu at each L (default 2048 8192), bf16,
-// B = 16384 / L, H = 2048 / D, causal off and on.
+// B = 16384 / L, H = 2048 / D, causal off and on; then GQA decoding shapes (tune_sm90_decode.cu).
 #include <cstdio>
 #include <cstdlib>
 
@@ -29,27 +29,32 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths;
   for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
   if (lengths.empty()) lengths = {2048, 8192};
+  const int64_t n = int64_t{16384} * 2048;  // elements of each buffer: the largest problem below
+  Buffers buf{};
+  if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
+      cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
+    std::printf("cudaMalloc failed\n");
+    return 1;
+  }
+  cuda_test::fill_hash_bf16(buf.q, n, 1);
+  cuda_test::fill_hash_bf16(buf.k, n, 2);
+  cuda_test::fill_hash_bf16(buf.v, n, 3);
   for (int64_t L : lengths) {
-    const int64_t B = 16384 / L, n = B * L * 2048;
-    Buffers buf{};
-    buf.B = B, buf.L = L;
-    if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
-        cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
-      std::printf("cudaMalloc failed\n");
-      return 1;
-    }
-    cuda_test::fill_hash_bf16(buf.q, n, 1);
-    cuda_test::fill_hash_bf16(buf.k, n, 2);
-    cuda_test::fill_hash_bf16(buf.v, n, 3);
+    buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     for (bool causal : {false, true}) {
-      buf.H = 2048 / 64;
+      buf.Hq = buf.Hkv = 2048 / 64;
       tune_d64(buf, causal);
-      buf.H = 2048 / 128;
+      buf.Hq = buf.Hkv = 2048 / 128;
       tune_d128(buf, causal);
-      buf.H = 2048 / 256;
+      buf.Hq = buf.Hkv = 2048 / 256;
       tune_d256(buf, causal);
     }
-    for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);
   }
+  // GQA with short rows (decoding, speculative decoding): 32 query heads on 4 KV heads.
+  for (int64_t lq : {1, 16, 64}) {
+    buf.B = 4, buf.Lq = lq, buf.Lk = 8192, buf.Hq = 32, buf.Hkv = 4;
+    tune_decode(buf, lq > 1);
+  }
+  for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);
   return 0;
 }

@@ -23,6 +23,7 @@ struct KernelParams {
   int64_t seqlen_q, seqlen_k, heads_q, group;  // group = query heads per kv head
   int64_t m_blocks;                            // query tiles per (batch, head)
   int64_t tiles;                               // query tiles in all: m_blocks * heads_q * batch
+  int pack_shift;  // sm90 GQA packing: log2 of the query heads a tile row cycles through (0: none)
   int d_chunks;                                // the problem's head dim / 8 (<= the kernel's)
   int band_lo, band_hi;  // the mask as a band (mask.h), clamped to [-seqlen_q, seqlen_k]
   ScoreTransform transform;

@@ -63,7 +63,9 @@ struct Slot {
       : stage(static_cast<int>(j % Cfg::kCfg.stages)), phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
 };
 
-// One tile: query tile m_block of head h in batch b, key blocks [n_begin, n_end).
+// One tile: rows [m0, m0 + block_m) of query heads h .. h + pack - 1 in batch b, against key
+// blocks [n_begin, n_end). Row r is position r >> pack_shift of head h + r % pack (GQA packing,
+// tile_config.h; without packing rows are positions of head h).
 struct Work {
   int64_t b, h, hk, m0;
   int64_t n_begin, n_end;
@@ -75,13 +77,14 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask,
   Work w;
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
   const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
-  const int64_t bh = tile / p.m_blocks;
-  w.b = bh / p.heads_q;
-  w.h = bh % p.heads_q;
+  const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;
+  w.b = bh / heads;
+  w.h = (bh % heads) << p.pack_shift;
   w.hk = w.h / p.group;
   w.m0 = m_block * kCfg.block_m();
-  const int64_t m1 = w.m0 + kCfg.block_m() < p.seqlen_q ? w.m0 + kCfg.block_m() : p.seqlen_q;
-  key_block_range(mask, w.m0, m1, kCfg.block_n, &w.n_begin, &w.n_end);
+  const int64_t rows = p.seqlen_q << p.pack_shift;
+  const int64_t m1 = w.m0 + kCfg.block_m() < rows ? w.m0 + kCfg.block_m() : rows;
+  key_block_range(mask, w.m0 >> p.pack_shift, ((m1 - 1) >> p.pack_shift) + 1, kCfg.block_n, &w.n_begin, &w.n_end);
   return w;
 }
 
@@ -90,9 +93,9 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, const Mask& mask,
 // CTA's key blocks before this tile. Persistent CTAs load K0 first (its slot frees once the
 // last tile's scores are done) and Q once the consumers released the last tile's.
 template <class Cfg>
-__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                             const CUtensorMap* tm_v, const Work& w, int64_t ring,
-                                             uint32_t tile_phase) {
+__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_q,
+                                             const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Work& w,
+                                             int64_t ring, uint32_t tile_phase) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
@@ -119,8 +122,9 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const CUtensor
   }
   mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
   for (int c = 0; c < kChunks; ++c)
-    tma_load_4d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, static_cast<int32_t>(w.h),
-                static_cast<int32_t>(w.m0), static_cast<int32_t>(w.b));
+    tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0,
+                static_cast<int32_t>(w.h >> p.pack_shift), static_cast<int32_t>(w.m0 >> p.pack_shift),
+                static_cast<int32_t>(w.b));
   for (int64_t j = 0; j <= blocks; ++j) {
     if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
     if (j > 0) load_v(j - 1);
@@ -128,7 +132,7 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const CUtensor
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
-// __syncthreads). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
+// __syncthreads; 1 + consumers + c is consumer c's epilogue). A turn is 128 threads waiting plus the 128 of the previous consumer arriving.
 // The last consumer hands consumer 0 the first turn. With one tile a CTA, it keeps its own last
 // turn; persistent CTAs pass every turn and consumer 0 takes one more at the end. Either way
 // every barrier completes as many phases as it is waited on.
@@ -196,14 +200,19 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 // `ring` counts the CTA's key blocks before this tile, `tile_phase` the parity of its Q.
 template <class Cfg, class T, class Mask>
-__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask,
-                                             const Work& w, int consumer, int64_t ring, uint32_t tile_phase) {
+__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_o,
+                                             const Mask& mask, const Work& w, int consumer, int64_t ring,
+                                             uint32_t tile_phase) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
   const int q = lane % 4;
-  const int64_t row0 = w.m0 + 64 * consumer + 16 * warp + lane / 4;  // half 0; half 1 is row0 + 8
-  const int64_t rows_first = w.m0 + 64 * consumer, rows_last = rows_first + 63;
+  const int shift = p.pack_shift;
+  const int64_t rows_first = w.m0 + 64 * consumer;
+  const int64_t row0 = rows_first + 16 * warp + lane / 4;  // half 0; half 1 is row0 + 8
+  // Positions (mask, LSE) of the consumer's rows and of this thread's two.
+  const int64_t pos_first = rows_first >> shift, pos_last = (rows_first + 63) >> shift;
+  const int64_t pos[2] = {row0 >> shift, (row0 + 8) >> shift};
   const Gemms<Cfg, T> gemm{sm, consumer};
   const Turns<Cfg> turn{consumer};
 
@@ -225,14 +234,13 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) s[i] = -s[i];
     }
-    if (block_needs_mask(mask, rows_first, rows_last + 1, k0, kN)) {
+    if (block_needs_mask(mask, pos_first, pos_last + 1, k0, kN)) {
       // Each of the thread's two rows sees columns [lo, hi) of this block (hi() stops at Lk).
       int lo[2], hi[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int64_t row = row0 + 8 * half;
-        lo[half] = static_cast<int>(imin(kN, imax(0, mask.lo(row) - k0)));
-        hi[half] = static_cast<int>(imin(kN, imax(0, mask.hi(row) - k0)));
+        lo[half] = static_cast<int>(imin(kN, imax(0, mask.lo(pos[half]) - k0)));
+        hi[half] = static_cast<int>(imin(kN, imax(0, mask.hi(pos[half]) - k0)));
       }
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) {
@@ -317,27 +325,41 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       release(sm.v_empty(sv.stage), lane);
     }
   }
-  // Every GEMM reading this Q is done: the next tile's Q may load during the epilogue.
-  if constexpr (kCfg.persistent) release(sm.q_empty(), lane);
-
-  // Epilogue: O / l and LSE; rows past seqlen_q are not written.
+  // Epilogue. O / l goes into this consumer's 64 rows of Q's shared memory (its last S GEMM is
+  // done), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits at u ^ (r % 8),
+  // and r % 8 is this thread's lane / 4. Then one thread stores the rows, 64 columns a box;
+  // positions past seqlen_q are clipped by the map. LSE is written directly.
+  uint8_t* const rows_smem = sm.q() + consumer * 64 * 128;
+  const int g = lane / 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int64_t row = row0 + 8 * half;
     SoftmaxRow total = state[half];
     total.l = sm80::quad_sum(state[half].l);
-    const float inv_l = total.inv_l();
-    if (row < p.seqlen_q) {
-      T* out = static_cast<T*>(p.out) + w.b * p.o_sb + row * p.o_sl + w.h * p.o_sh;
+    // A row that saw no key is exactly 0, whatever the accumulators hold.
+    const float inv_l = total.l == 0.0f ? 0.0f : total.inv_l();
+    const int r = 16 * warp + g + 8 * half;
 #pragma unroll
-      for (int i = 2 * half; i < kD / 2; i += 4) {  // accumulators i, i + 1 of this half
-        const int col = 8 * (i >> 2) + 2 * q;
-        // A row that saw no key is exactly 0, whatever the accumulators hold.
-        const float x0 = total.l == 0.0f ? 0.0f : o[i] * inv_l, x1 = total.l == 0.0f ? 0.0f : o[i + 1] * inv_l;
-        *reinterpret_cast<uint32_t*>(out + col) = sm80::pack2<T>(x0, x1);
-      }
-      if (p.lse && q == 0) p.lse[w.b * p.lse_sb + w.h * p.lse_sh + row * p.lse_sl] = total.lse();
+    for (int i = 2 * half; i < kD / 2; i += 4) {  // accumulators i, i + 1: columns 8 (i >> 2) + 2 q, + 1
+      const float x0 = total.l == 0.0f ? 0.0f : o[i] * inv_l, x1 = total.l == 0.0f ? 0.0f : o[i + 1] * inv_l;
+      uint8_t* dst = rows_smem + (i >> 5) * kCfg.block_m() * 128 + r * 128 + ((((i >> 2) & 7) ^ g) << 4) + 4 * q;
+      *reinterpret_cast<uint32_t*>(dst) = sm80::pack2<T>(x0, x1);
     }
+    if (p.lse && q == 0 && pos[half] < p.seqlen_q) {
+      const int64_t head = w.h + ((row0 + 8 * half) & ((int64_t{1} << shift) - 1));
+      p.lse[w.b * p.lse_sb + head * p.lse_sh + pos[half] * p.lse_sl] = total.lse();
+    }
+  }
+  fence_proxy_async();  // the generic-proxy writes, visible to the TMA store
+  named_sync(1 + kCfg.consumers + consumer, kWarpgroupThreads);
+  if (tid == 0) {
+#pragma unroll
+    for (int c = 0; c < kD / 64; ++c)
+      tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, static_cast<int32_t>(w.h >> shift),
+                   static_cast<int32_t>(pos_first), static_cast<int32_t>(w.b));
+    tma_store_commit();
+    tma_store_wait_read();  // the rows may be reused (or the CTA exit) once the store read them
+    // Persistent CTAs: the next tile's Q may load into this shared memory now.
+    if constexpr (kCfg.persistent) mbarrier_arrive(sm.q_empty());
   }
 }
 
@@ -356,14 +378,15 @@ __device__ void produce_all(const Smem<Cfg>& sm, const KernelParams& p, const Ma
     mbarrier_arrive(sm.tile_full(slot));  // release: the slot's value is seen by the waiters
     if (tile >= p.tiles) return;
     const Work w = work_of<Cfg>(p, mask, tile);
-    produce_tile<Cfg>(sm, tm_q, tm_k, tm_v, w, ring, k & 1);
+    produce_tile<Cfg>(sm, p, tm_q, tm_k, tm_v, w, ring, k & 1);
     ring += w.n_end - w.n_begin;
     tile = gridDim.x + atomicAdd(tile_counter, 1);
   }
 }
 
 template <class Cfg, class T, class Mask>
-__device__ void consume_all(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, int consumer) {
+__device__ void consume_all(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_o, const Mask& mask,
+                            int consumer) {
   const Turns<Cfg> turn{consumer};
   const int lane = threadIdx.x % 32;
   turn.start();
@@ -378,7 +401,7 @@ __device__ void consume_all(const Smem<Cfg>& sm, const KernelParams& p, const Ma
     release(sm.tile_empty(slot), lane);
     if (tile < 0) break;
     const Work w = work_of<Cfg>(p, mask, tile);
-    consume_tile<Cfg, T>(sm, p, mask, w, consumer, ring, k & 1);
+    consume_tile<Cfg, T>(sm, p, tm_o, mask, w, consumer, ring, k & 1);
     ring += w.n_end - w.n_begin;
   }
   turn.finish();
@@ -387,7 +410,8 @@ __device__ void consume_all(const Smem<Cfg>& sm, const KernelParams& p, const Ma
 template <class Cfg, class T, class Mask>
 __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const KernelParams p, const Mask mask,
+                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                       const KernelParams p, const Mask mask,
                        int* tile_counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -404,7 +428,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       mbarrier_init(sm.v_empty(s), 4 * kCfg.consumers);
     }
     if constexpr (kCfg.persistent) {
-      mbarrier_init(sm.q_empty(), 4 * kCfg.consumers);
+      mbarrier_init(sm.q_empty(), kCfg.consumers);  // each consumer's storing thread
       for (int s = 0; s < 2; ++s) {
         mbarrier_init(sm.tile_full(s), 1);
         mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers);
@@ -423,14 +447,14 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       if constexpr (kCfg.persistent)
         produce_all<Cfg>(sm, p, mask, &tm_q, &tm_k, &tm_v, tile_counter);
       else
-        produce_tile<Cfg>(sm, &tm_q, &tm_k, &tm_v, w, 0, 0);
+        produce_tile<Cfg>(sm, p, &tm_q, &tm_k, &tm_v, w, 0, 0);
     }
   } else {
     warpgroup_reg_alloc<kCfg.consumer_regs()>();
     if constexpr (kCfg.persistent)
-      consume_all<Cfg, T>(sm, p, mask, wg - 1);
+      consume_all<Cfg, T>(sm, p, &tm_o, mask, wg - 1);
     else
-      consume_tile<Cfg, T>(sm, p, mask, w, wg - 1, 0, 0);
+      consume_tile<Cfg, T>(sm, p, &tm_o, mask, w, wg - 1, 0, 0);
   }
 #endif
 }

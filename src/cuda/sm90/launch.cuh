@@ -12,8 +12,8 @@
 
 namespace tileattn::detail::sm90 {
 
-// A 4-D map over a [B, L, H, D] tensor (D contiguous), innermost first: box = 64 head-dim
-// elements (one 128-byte swizzle row) x 1 head x `rows` positions x 1 batch.
+// K and V: a 4-D map over a [B, L, H, D] tensor (D contiguous), innermost first: box = 64
+// head-dim elements (one 128-byte swizzle row) x 1 head x `rows` positions x 1 batch.
 inline CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64_t batch, int64_t len,
                           int64_t heads, int64_t head_dim, uint32_t rows) {
   const uint64_t dims[4] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(heads),
@@ -24,18 +24,41 @@ inline CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64
   return make_tensor_map_16bit(base, bf16, 4, dims, strides, box, true);
 }
 
+// Q and O: a 5-D map that packs `pack` query heads of one KV head into a tile's rows: dims
+// (D, pack, heads / pack, L, B), box 64 x pack x 1 x rows / pack x 1, so row r of a box is
+// position r / pack of head r % pack (pack 1: one head, rows are positions). Positions past L
+// read as zero and are not written.
+inline CUtensorMap packed_map_of(const void* base, bool bf16, const Strides4& st, int64_t batch, int64_t len,
+                                 int64_t heads, int64_t head_dim, int pack, uint32_t rows) {
+  const uint64_t dims[5] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(pack),
+                            static_cast<uint64_t>(heads / pack), static_cast<uint64_t>(len),
+                            static_cast<uint64_t>(batch)};
+  const uint64_t strides[4] = {static_cast<uint64_t>(st.h) * 2, static_cast<uint64_t>(st.h) * 2 * pack,
+                               static_cast<uint64_t>(st.l) * 2, static_cast<uint64_t>(st.b) * 2};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(pack), 1, rows / pack, 1};
+  return make_tensor_map_16bit(base, bf16, 5, dims, strides, box, true);
+}
+
 template <class Cfg, class T, class Mask>
 void launch(const AttnParams& p, const Mask& mask) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   static_assert(kCfg.smem_bytes() <= 227 * 1024, "the config needs more shared memory than a CTA may have");
   const bool bf16 = p.dtype == DType::kBFloat16;
+  const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
   const CUtensorMap tm_q =
-      map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, kCfg.block_m());
+      packed_map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, pack, kCfg.block_m());
+  // Each consumer stores its own 64 rows.
+  const CUtensorMap tm_o =
+      packed_map_of(p.out, bf16, p.out_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, pack, 64);
   const CUtensorMap tm_k =
       map_of(p.k, bf16, p.k_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const CUtensorMap tm_v =
       map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
-  const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
+  sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
+  // Packed: tiles run over (position, head) rows of each group of `pack` query heads.
+  while ((1 << kp.pack_shift) < pack) ++kp.pack_shift;
+  kp.m_blocks = (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m();
+  kp.tiles = kp.m_blocks * (p.heads_q / pack) * p.batch;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
@@ -55,7 +78,7 @@ void launch(const AttnParams& p, const Mask& mask) {
     TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counter.ptr), sizeof(int), stream));
     TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(int), stream));
   }
-  kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, kp, mask,
+  kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, tm_o, kp, mask,
                                                                                             counter.ptr);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }

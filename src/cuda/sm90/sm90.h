@@ -13,7 +13,7 @@ inline std::string rejects(const AttnParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + std::to_string(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";
-  for (const Strides4* s : {&p.q_stride, &p.k_stride, &p.v_stride})
+  for (const Strides4* s : {&p.q_stride, &p.k_stride, &p.v_stride, &p.out_stride})
     if (s->b <= 0 || s->l <= 0 || s->h <= 0) return "a zero stride has no TMA map";
   return {};
 }

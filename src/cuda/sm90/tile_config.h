@@ -14,6 +14,8 @@ struct TileConfig {
   // Being measured: persistent CTAs (one per SM) taking tiles from a counter in global memory,
   // the next tile's K0 and Q loading under the current one's epilogue.
   bool persistent = false;
+  // GQA packing where it makes fewer tiles (pack_factor below); off only to time its effect.
+  bool gqa_packing = true;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -50,6 +52,18 @@ constexpr TileConfig tile_config(int head_dim) {
   if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true};
   if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true};
   return TileConfig{256, 80, 2, 2, true};
+}
+
+// GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
+// head) pair, position-major. Packing is chosen when it makes fewer tiles than one head a tile
+// (short rows: decoding, Lq below block_m), so K and V stream once for the whole group. The
+// group must divide 64, so that each consumer's 64 rows hold whole positions (its O store is
+// one box); 1 means no packing.
+constexpr int pack_factor(long long seqlen_q, long long group, int block_m) {
+  if (group <= 1 || 64 % group != 0) return 1;
+  const long long one_head = (seqlen_q + block_m - 1) / block_m * group;
+  const long long packed = (seqlen_q * group + block_m - 1) / block_m;
+  return packed < one_head ? static_cast<int>(group) : 1;
 }
 
 // The kernel is templated on a type carrying its config, so tuning builds can add others.

@@ -1,0 +1,37 @@
+// sm90_tiles_test.cc: the sm90 kernel's tile plan as pure functions (no GPU): when query heads
+// of one KV head are packed into a tile (GQA packing).
+#include <gtest/gtest.h>
+
+#include "cuda/sm90/tile_config.h"
+
+namespace tileattn::detail::sm90 {
+namespace {
+
+TEST(Sm90Tiles, PacksGroupsWhenThatMakesFewerTiles) {
+  EXPECT_EQ(pack_factor(1, 8, 128), 8);     // decoding: 1 tile for the group instead of 8
+  EXPECT_EQ(pack_factor(40, 4, 128), 4);    // 2 tiles instead of 4
+  EXPECT_EQ(pack_factor(60, 64, 192), 64);  // 20 instead of 64
+  EXPECT_EQ(pack_factor(1, 2, 192), 2);
+}
+
+TEST(Sm90Tiles, KeepsOneHeadATileOtherwise) {
+  EXPECT_EQ(pack_factor(1, 1, 128), 1);     // no group
+  EXPECT_EQ(pack_factor(4096, 8, 128), 1);  // full tiles: the same count either way
+  EXPECT_EQ(pack_factor(100, 4, 128), 1);   // 4 tiles either way
+  EXPECT_EQ(pack_factor(1, 3, 128), 1);     // 3 does not divide a consumer's 64 rows
+  EXPECT_EQ(pack_factor(1, 128, 128), 1);   // nor does 128
+}
+
+TEST(Sm90Tiles, PackedGroupsDivideEveryTile) {
+  for (int block_m : {128, 192})
+    for (long long lq : {1, 17, 63, 65, 1000})
+      for (long long group : {1, 2, 3, 4, 6, 8, 16, 32, 64, 128}) {
+        const int pack = pack_factor(lq, group, block_m);
+        EXPECT_TRUE(pack == 1 || pack == group) << lq << " " << group;
+        EXPECT_EQ(64 % pack, 0) << lq << " " << group;
+        EXPECT_EQ(block_m % pack, 0) << lq << " " << group;
+      }
+}
+
+}  // namespace
+}  // namespace tileattn::detail::sm90
