@@ -18,6 +18,10 @@ struct DeviceInfo {
 int device_count();             // 0 when there is no driver or no GPU
 DeviceInfo device_info(int index);
 bool sm90_built();              // whether the sm90a kernels are compiled in
+// A device int for one stream's launches of persistent kernels (their tile counter), allocated
+// on the current device at first use and kept for the process. Launches on one stream run in
+// order, so each zeroes it on the stream before it starts.
+int* stream_counter(int device, void* stream);
 
 void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors
 int64_t eager(const AttnParams& p);               // S and P in device memory; returns their bytes

@@ -1,7 +1,9 @@
 // device.cc: device queries for selection (count, compute capability), cached per process.
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.h"
@@ -37,6 +39,15 @@ DeviceInfo device_info(int index) {
   if (index < 0 || index >= static_cast<int>(cache.size()))
     throw RuntimeError("device_info: no CUDA device " + std::to_string(index));
   return cache[index];
+}
+
+int* stream_counter(int device, void* stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, void*>, int*> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  int*& ptr = counters[{device, stream}];
+  if (ptr == nullptr) TILEATTN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), sizeof(int)));
+  return ptr;
 }
 
 }  // namespace tileattn::detail::cuda

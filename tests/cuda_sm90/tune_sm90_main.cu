@@ -50,10 +50,14 @@ int main(int argc, char** argv) {
       tune_d256(buf, causal);
     }
   }
-  // GQA with short rows (decoding, speculative decoding): 32 query heads on 4 KV heads.
-  for (int64_t lq : {1, 16, 64}) {
-    buf.B = 4, buf.Lq = lq, buf.Lk = 8192, buf.Hq = 32, buf.Hkv = 4;
-    tune_decode(buf, lq > 1);
+  // GQA with short rows (decoding, speculative decoding): 32 query heads on 4 KV heads, a few
+  // long sequences (CTAs fewer than SMs either way) and many short ones.
+  const struct {
+    int64_t B, Lq, Lk;
+  } decode[] = {{4, 1, 8192}, {4, 16, 8192}, {64, 1, 1024}, {64, 16, 1024}, {64, 64, 1024}};
+  for (const auto& d : decode) {
+    buf.B = d.B, buf.Lq = d.Lq, buf.Lk = d.Lk, buf.Hq = 32, buf.Hkv = 4;
+    tune_decode(buf, d.Lq > 1);
   }
   for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);
   return 0;

@@ -28,8 +28,8 @@ namespace tileattn::detail::sm90 {
 using sm80::KernelParams;
 using sm80::ScoreTransform;
 
-// Shared memory, carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring,
-// then the barriers.
+// Shared memory, carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring, O
+// when it has its own (TileConfig::o_apart), then the barriers.
 template <class Cfg>
 struct Smem {
   static constexpr TileConfig kCfg = Cfg::kCfg;
@@ -37,9 +37,8 @@ struct Smem {
   __device__ uint8_t* q() const { return base; }
   __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * kCfg.kv_bytes(); }
   __device__ uint8_t* v(int stage) const { return k(kCfg.stages + stage); }
-  __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(base + kCfg.q_bytes() + 2 * kCfg.stages * kCfg.kv_bytes());
-  }
+  __device__ uint8_t* o() const { return kCfg.o_apart() ? k(2 * kCfg.stages) : q(); }
+  __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(k(2 * kCfg.stages) + kCfg.o_bytes()); }
   // [0] Q full; per stage s: K full, V full (the loads landed), K empty, V empty (released).
   __device__ uint64_t* q_full() const { return barriers(); }
   __device__ uint64_t* k_full(int s) const { return barriers() + 1 + s; }
@@ -325,11 +324,17 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       release(sm.v_empty(sv.stage), lane);
     }
   }
-  // Epilogue. O / l goes into this consumer's 64 rows of Q's shared memory (its last S GEMM is
-  // done), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits at u ^ (r % 8),
-  // and r % 8 is this thread's lane / 4. Then one thread stores the rows, 64 columns a box;
-  // positions past seqlen_q are clipped by the map. LSE is written directly.
-  uint8_t* const rows_smem = sm.q() + consumer * 64 * 128;
+  // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.
+  if constexpr (kCfg.o_apart()) release(sm.q_empty(), lane);
+
+  // Epilogue. O / l goes into this consumer's 64 rows of O's staging (Q's own rows, whose last
+  // S GEMM is done, or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit
+  // u of row r sits at u ^ (r % 8), and r % 8 is this thread's lane / 4. Then one thread stores
+  // the rows, 64 columns a box; positions past seqlen_q are clipped by the map. LSE is written
+  // directly. Persistent CTAs first wait for the thread that stored the last tile's rows.
+  const int epilogue_barrier = 1 + kCfg.consumers + consumer;
+  if constexpr (kCfg.persistent) named_sync(epilogue_barrier, kWarpgroupThreads);
+  uint8_t* const rows_smem = sm.o() + consumer * 64 * 128;
   const int g = lane / 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -350,7 +355,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
     }
   }
   fence_proxy_async();  // the generic-proxy writes, visible to the TMA store
-  named_sync(1 + kCfg.consumers + consumer, kWarpgroupThreads);
+  named_sync(epilogue_barrier, kWarpgroupThreads);
   if (tid == 0) {
 #pragma unroll
     for (int c = 0; c < kD / 64; ++c)
@@ -358,8 +363,8 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
                    static_cast<int32_t>(pos_first), static_cast<int32_t>(w.b));
     tma_store_commit();
     tma_store_wait_read();  // the rows may be reused (or the CTA exit) once the store read them
-    // Persistent CTAs: the next tile's Q may load into this shared memory now.
-    if constexpr (kCfg.persistent) mbarrier_arrive(sm.q_empty());
+    // Persistent CTAs, O in Q's rows: the next tile's Q may load into them now.
+    if constexpr (kCfg.persistent && !kCfg.o_apart()) mbarrier_arrive(sm.q_empty());
   }
 }
 
@@ -428,7 +433,8 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       mbarrier_init(sm.v_empty(s), 4 * kCfg.consumers);
     }
     if constexpr (kCfg.persistent) {
-      mbarrier_init(sm.q_empty(), kCfg.consumers);  // each consumer's storing thread
+      // Released by every consumer warp, or with O in Q's rows, by each consumer's storing thread.
+      mbarrier_init(sm.q_empty(), kCfg.o_apart() ? 4 * kCfg.consumers : kCfg.consumers);
       for (int s = 0; s < 2; ++s) {
         mbarrier_init(sm.tile_full(s), 1);
         mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers);

@@ -63,23 +63,17 @@ void launch(const AttnParams& p, const Mask& mask) {
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   int64_t ctas = kp.tiles;
-  // Persistent CTAs: the next tile's counter, each launch its own, allocated, zeroed and freed
-  // on the launch's stream (freed also when a step in between throws).
-  struct Counter {
-    int* ptr = nullptr;
-    cudaStream_t stream;
-    ~Counter() {
-      if (ptr) cudaFreeAsync(ptr, stream);
-    }
-  } counter{nullptr, stream};
+  // Persistent CTAs: the stream's tile counter, zeroed before the launch (no allocation on the
+  // launch path: a stream-ordered pool may return its memory at every synchronization).
+  int* counter = nullptr;
   if constexpr (kCfg.persistent) {
     const int64_t sms = cuda::device_info(p.device_index).sm_count;
     ctas = ctas < sms ? ctas : sms;
-    TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counter.ptr), sizeof(int), stream));
-    TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter.ptr, 0, sizeof(int), stream));
+    counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+    TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
   }
   kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, tm_o, kp, mask,
-                                                                                            counter.ptr);
+                                                                                            counter);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 

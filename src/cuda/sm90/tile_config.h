@@ -28,7 +28,14 @@ struct TileConfig {
   constexpr int q_bytes() const { return block_m() * head_dim * 2; }
   constexpr int kv_bytes() const { return block_n * head_dim * 2; }
   constexpr int barrier_bytes() const { return 1024; }
-  constexpr int smem_bytes() const { return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes(); }
+  // O is staged for its TMA store in Q's rows, or, for persistent CTAs where it fits, in its own
+  // shared memory, so the next tile's Q can load during the epilogue.
+  constexpr int bytes_but_o() const {
+    return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes();
+  }
+  constexpr bool o_apart() const { return persistent && bytes_but_o() + q_bytes() <= 227 * 1024; }
+  constexpr int o_bytes() const { return o_apart() ? q_bytes() : 0; }
+  constexpr int smem_bytes() const { return bytes_but_o() + o_bytes(); }
 };
 
 // Measured on an H200 (tests/cuda_sm90/tune_sm90, bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at
