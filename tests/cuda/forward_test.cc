@@ -219,6 +219,37 @@ TEST(ForwardCuda, UserStream) {
   cudaStreamDestroy(stream);
 }
 
+// Captured into a CUDA graph (as decoding loops run) on a fresh stream and replayed twice: the
+// persistent sm90 kernel (D 64 and 128) takes its tile counter from the graph, zeroed per replay.
+TEST(ForwardCuda, CapturedInAGraph) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto graphed = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                          const TensorRef* lse, const Options& o) {
+    const auto stream = static_cast<cudaStream_t>(o.cuda_stream);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    forward(q, k, v, out, lse, o);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  };
+  for (int64_t d : {64, 128, 256}) {
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    Problem p = base(700, 900, d);
+    p.heads_q = 8, p.heads_kv = 2, p.batch = 6;  // more tiles than SMs
+    p.options.causal = true;
+    p.options.cuda_stream = stream;
+    const Report r = run_case(p, 1, -1, graphed);
+    EXPECT_TRUE(r.ok()) << "D " << d << ": " << r.str();
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(ForwardCuda, NanInKeyReachesOnlyRowsThatSeeIt) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Problem p = base(203, 203, 64);

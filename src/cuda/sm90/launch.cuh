@@ -64,12 +64,28 @@ void launch(const AttnParams& p, const Mask& mask) {
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   int64_t ctas = kp.tiles;
   // Persistent CTAs: the stream's tile counter, zeroed before the launch (no allocation on the
-  // launch path: a stream-ordered pool may return its memory at every synchronization).
+  // launch path: a stream-ordered pool may return its memory at every synchronization). A
+  // stream being captured into a graph gets its own counter from the graph (allocation and free
+  // nodes), since a graph may be replayed on any stream.
   int* counter = nullptr;
+  struct GraphCounter {
+    int* ptr = nullptr;
+    cudaStream_t stream;
+    ~GraphCounter() {
+      if (ptr) cudaFreeAsync(ptr, stream);
+    }
+  } graph_counter{nullptr, stream};
   if constexpr (kCfg.persistent) {
     const int64_t sms = cuda::device_info(p.device_index).sm_count;
     ctas = ctas < sms ? ctas : sms;
-    counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+    } else {
+      TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), sizeof(int), stream));
+      counter = graph_counter.ptr;
+    }
     TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
   }
   kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, tm_o, kp, mask,

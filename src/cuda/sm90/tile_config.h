@@ -11,8 +11,8 @@ struct TileConfig {
   int stages;     // depth of the K ring and of the V ring
   int consumers;  // consumer warpgroups (2 or 3)
   bool pingpong;  // consumers take turns issuing their GEMMs (one's softmax under the other's)
-  // Being measured: persistent CTAs (one per SM) taking tiles from a counter in global memory,
-  // the next tile's K0 and Q loading under the current one's epilogue.
+  // Persistent CTAs (one per SM) taking tiles from a counter in global memory, the next tile's
+  // K0 and Q loading under the current one's epilogue.
   bool persistent = false;
   // GQA packing where it makes fewer tiles (pack_factor below); off only to time its effect.
   bool gqa_packing = true;
@@ -55,10 +55,20 @@ struct TileConfig {
 //   removed): slower on every shape, e.g. D = 64, L = 4096: 351 / 399 against 472, D = 128:
 //   557 against 639 (bench/results/tune_sm90_h200_2026-11-29_persistent_poly.txt). The FMA and
 //   ALU pipes already carry the softmax's scaling, maxima, sums and conversions.
+// - Persistent CTAs at D = 64 and 128 (bench/results/tune_sm90_h200_2026-11-29_persistent_packing.txt,
+//   L = 512 / 1k / 4k / 16k against one CTA a tile): D = 64 341 / 395 / 489 / 530 against
+//   289 / 357 / 474 / 509, causal 176 / 241 / 408 / 501 against 148 / 218 / 390 / 490; D = 128
+//   475 / 569 / 660 / 680 against 407 / 517 / 657 / 694, causal 289 / 401 / 579 / 690 against
+//   243 / 362 / 564 / 688. Short rows gain most: a CTA's start, its first loads and its epilogue
+//   overlap the previous tile. Not at D = 256: O has no room of its own there (Q 64 KiB + the
+//   rings 160 KiB), so the next Q waits for the epilogue, and causal problems lost 4% (non-causal
+//   tied). Before the tile index was made warp-uniform (kernel.cuh, consume_all) and the counter
+//   stopped being allocated per launch, persistent CTAs measured 5-30% slower everywhere
+//   (bench/results/tune_sm90_h200_2026-11-29_persistent_poly.txt).
 constexpr TileConfig tile_config(int head_dim) {
-  if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true};
-  if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true};
-  return TileConfig{256, 80, 2, 2, true};
+  if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true, true};
+  if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true, true};
+  return TileConfig{256, 80, 2, 2, true, false};
 }
 
 // GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
