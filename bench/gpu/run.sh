@@ -88,13 +88,20 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
 }
 run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
   local shape
-  for shape in "64 512 32 32 on" "64 8192 2 32 on" "128 512 32 16 off" "128 8192 2 16 off"; do
+  # PROFILE_SHAPES: "D L B H causal(on|off)" entries, ';'-separated.
+  local shapes=${PROFILE_SHAPES:-64 512 32 32 on;64 8192 2 32 on;128 512 32 16 off;128 8192 2 16 off}
+  local IFS_SAVE=$IFS
+  IFS=';'
+  local list=($shapes)
+  IFS=$IFS_SAVE
+  for shape in "${list[@]}"; do
     set -- $shape
-    step "profile-d$1-l$2" 120 ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
+    step "profile-d$1-l$2-$5" 120 ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section ComputeWorkloadAnalysis \
       "$BUILD/tools/tileattn" bench --device cuda --kernel sm90 --seqlens "$2" --head-dims "$1" --batch "$3" \
       --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
-    awk "/=== profile-d$1-l$2:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Achieved Active Warps Per SM|Theoretical Occupancy) " \
+    awk "/=== profile-d$1-l$2-$5:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active) " \
       | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
   done
 }
