@@ -18,9 +18,11 @@ struct DeviceInfo {
 int device_count();             // 0 when there is no driver or no GPU
 DeviceInfo device_info(int index);
 bool sm90_built();              // whether the sm90a kernels are compiled in
-// A device int for one stream's launches of persistent kernels (their tile counter), allocated
-// on the current device at first use and kept for the process. Launches on one stream run in
-// order, so each zeroes it on the stream before it starts.
+// Two device ints for one stream's launches of persistent kernels (their tile counter and a
+// count of finished CTAs), allocated on the current device and zeroed on the stream at first
+// use, kept for the process. Keyed by the stream's id (cudaStreamGetId), so a per-thread
+// default stream is its own. Each launch leaves them at zero when it ends (its last CTA resets
+// them), so the next launch on the stream, from any host thread, starts from zero.
 int* stream_counter(int device, void* stream);
 
 void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors

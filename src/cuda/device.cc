@@ -42,11 +42,19 @@ DeviceInfo device_info(int index) {
 }
 
 int* stream_counter(int device, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  unsigned long long id = 0;
+  TILEATTN_CUDA_CHECK(cudaStreamGetId(s, &id));
   static std::mutex mutex;
-  static std::map<std::pair<int, void*>, int*> counters;
+  static std::map<std::pair<int, unsigned long long>, int*> counters;
   std::lock_guard<std::mutex> lock(mutex);
-  int*& ptr = counters[{device, stream}];
-  if (ptr == nullptr) TILEATTN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), sizeof(int)));
+  int*& ptr = counters[{device, id}];
+  if (ptr == nullptr) {
+    int* fresh = nullptr;
+    TILEATTN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fresh), 2 * sizeof(int)));
+    TILEATTN_CUDA_CHECK(cudaMemsetAsync(fresh, 0, 2 * sizeof(int), s));
+    ptr = fresh;
+  }
   return ptr;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_case.h"
@@ -248,6 +249,24 @@ TEST(ForwardCuda, CapturedInAGraph) {
     EXPECT_TRUE(r.ok()) << "D " << d << ": " << r.str();
     cudaStreamDestroy(stream);
   }
+}
+
+// Host threads enqueueing on one stream (the legacy default stream, which all threads share):
+// the persistent sm90 kernel's tile counter must start every launch at zero, whichever thread
+// enqueued it (more tiles than SMs, so a counter left high would skip tiles).
+TEST(ForwardCuda, HostThreadsShareTheDefaultStream) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < 3; ++i) {
+        Problem p = base(600 + 37 * t, 300, t % 2 ? 64 : 128);
+        p.heads_q = 8, p.heads_kv = 2, p.batch = 4;
+        const Report r = run_case(p, 1 + i);
+        EXPECT_TRUE(r.ok()) << "thread " << t << " run " << i << ": " << r.str();
+      }
+    });
+  for (std::thread& th : threads) th.join();
 }
 
 TEST(ForwardCuda, NanInKeyReachesOnlyRowsThatSeeIt) {

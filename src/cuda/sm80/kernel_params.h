@@ -21,8 +21,8 @@ struct KernelParams {
   int64_t q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh;
   int64_t lse_sb, lse_sh, lse_sl;
   int64_t seqlen_q, seqlen_k, heads_q, group;  // group = query heads per kv head
-  int64_t m_blocks;                            // query tiles per (batch, head)
-  int64_t tiles;                               // query tiles in all: m_blocks * heads_q * batch
+  int64_t m_blocks;  // query tiles per (batch, head); sm90 packed: per (batch, head group)
+  int64_t tiles;     // query tiles in all: m_blocks * heads_q * batch (sm90 packed: heads_q / pack)
   int pack_shift;  // sm90 GQA packing: log2 of the query heads a tile row cycles through (0: none)
   int d_chunks;                                // the problem's head dim / 8 (<= the kernel's)
   int band_lo, band_hi;  // the mask as a band (mask.h), clamped to [-seqlen_q, seqlen_k]

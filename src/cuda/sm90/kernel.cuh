@@ -366,12 +366,14 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
     // Persistent CTAs, O in Q's rows: the next tile's Q may load into them now.
     if constexpr (kCfg.persistent && !kCfg.o_apart()) mbarrier_arrive(sm.q_empty());
   }
+  __syncwarp();  // warp 0 converged again before any later bar.sync or wgmma
 }
 
 // Persistent CTAs: tiles blockIdx.x, then gridDim.x + (a global counter's next value), handed
 // from the producer to the consumers through a 2-slot ring in shared memory (-1 ends the CTA).
-// Tiles run (batch, head)-major, longest first within a head, so the CTAs at work share heads'
-// K and V in L2 and the counter balances the causal mask's uneven tiles.
+// Tiles run (batch, head or head group)-major, longest first within one, so the CTAs at work
+// share K and V in L2 and the counter balances the causal mask's uneven tiles. counter[1]
+// counts the CTAs done drawing; the last one puts both back to 0 for the stream's next launch.
 template <class Cfg, class Mask>
 __device__ void produce_all(const Smem<Cfg>& sm, const KernelParams& p, const Mask& mask, const CUtensorMap* tm_q,
                             const CUtensorMap* tm_k, const CUtensorMap* tm_v, int* tile_counter) {
@@ -381,7 +383,15 @@ __device__ void produce_all(const Smem<Cfg>& sm, const KernelParams& p, const Ma
     mbarrier_wait(sm.tile_empty(slot), ((k >> 1) & 1) ^ 1);
     *sm.tile_slot(slot) = tile < p.tiles ? tile : -1;
     mbarrier_arrive(sm.tile_full(slot));  // release: the slot's value is seen by the waiters
-    if (tile >= p.tiles) return;
+    if (tile >= p.tiles) {
+      __threadfence();  // this CTA's draws come before its count, and so before the reset
+      if (atomicAdd(tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        __threadfence();
+        atomicExch(tile_counter, 0);
+        atomicExch(tile_counter + 1, 0);
+      }
+      return;
+    }
     const Work w = work_of<Cfg>(p, mask, tile);
     produce_tile<Cfg>(sm, p, tm_q, tm_k, tm_v, w, ring, k & 1);
     ring += w.n_end - w.n_begin;

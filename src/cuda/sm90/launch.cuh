@@ -63,10 +63,10 @@ void launch(const AttnParams& p, const Mask& mask) {
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
   int64_t ctas = kp.tiles;
-  // Persistent CTAs: the stream's tile counter, zeroed before the launch (no allocation on the
-  // launch path: a stream-ordered pool may return its memory at every synchronization). A
-  // stream being captured into a graph gets its own counter from the graph (allocation and free
-  // nodes), since a graph may be replayed on any stream.
+  // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
+  // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
+  // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
+  // since a graph may be replayed on any stream, next to other launches.
   int* counter = nullptr;
   struct GraphCounter {
     int* ptr = nullptr;
@@ -83,10 +83,11 @@ void launch(const AttnParams& p, const Mask& mask) {
     if (capture == cudaStreamCaptureStatusNone) {
       counter = cuda::stream_counter(p.device_index, p.cuda_stream);
     } else {
-      TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), sizeof(int), stream));
+      TILEATTN_CUDA_CHECK(
+          cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
       counter = graph_counter.ptr;
+      TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
     }
-    TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
   }
   kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, tm_o, kp, mask,
                                                                                             counter);

@@ -12,7 +12,7 @@ struct TileConfig {
   int consumers;  // consumer warpgroups (2 or 3)
   bool pingpong;  // consumers take turns issuing their GEMMs (one's softmax under the other's)
   // Persistent CTAs (one per SM) taking tiles from a counter in global memory, the next tile's
-  // K0 and Q loading under the current one's epilogue.
+  // K0 loading under the current one's epilogue, and its Q too where O has its own staging.
   bool persistent = false;
   // GQA packing where it makes fewer tiles (pack_factor below); off only to time its effect.
   bool gqa_packing = true;
@@ -73,7 +73,8 @@ constexpr TileConfig tile_config(int head_dim) {
 
 // GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
 // head) pair, position-major. Packing is chosen when it makes fewer tiles than one head a tile
-// (short rows: decoding, Lq below block_m), so K and V stream once for the whole group. The
+// (short rows or partly filled last tiles: decoding, Lq = 200 in 128-row tiles), so K and V
+// stream once for the whole group. The
 // group must divide 64, so that each consumer's 64 rows hold whole positions (its O store is
 // one box); 1 means no packing.
 constexpr int pack_factor(long long seqlen_q, long long group, int block_m) {
