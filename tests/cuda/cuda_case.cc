@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -177,6 +178,13 @@ std::string Problem::name() const {
       << "-" << layout_name(lse_layout);
   if (!with_lse) s << "_nolse";
   return s.str();
+}
+
+std::string Problem::test_name() const {
+  std::string s = name();
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
 }
 
 double atol_out(DType dtype) { return dtype == DType::kBFloat16 ? 1.0 / 1024 : 1.0 / 8192; }

@@ -62,6 +62,7 @@ struct Problem {
   bool with_lse = true;
   double q_amplitude = 2.0;  // spread of the logits: larger makes softmax peakier
   std::string name() const;
+  std::string test_name() const;  // name() with every non-alphanumeric character as '_' (gtest)
 };
 
 struct Report {

@@ -14,13 +14,6 @@
 namespace tileattn::cuda_test {
 namespace {
 
-std::string gtest_name(const Problem& p) {
-  std::string s = p.name();
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
-}
-
 bool supported_here(const Problem& p) { return p.head_dim % 8 == 0 && p.head_dim <= 256; }
 
 // Whether the sm90 kernel would take p: an sm_90 GPU, a build with it, a head dim it has.
@@ -194,18 +187,18 @@ std::vector<Problem> options() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Lengths, Forward, ::testing::ValuesIn(length_grid()),
-                         [](const auto& info) { return gtest_name(info.param); });
+                         [](const auto& info) { return info.param.test_name(); });
 INSTANTIATE_TEST_SUITE_P(HeadDims, Forward, ::testing::ValuesIn(head_dims()),
-                         [](const auto& info) { return gtest_name(info.param); });
+                         [](const auto& info) { return info.param.test_name(); });
 INSTANTIATE_TEST_SUITE_P(Gqa, Forward, ::testing::ValuesIn(gqa()),
-                         [](const auto& info) { return gtest_name(info.param); });
+                         [](const auto& info) { return info.param.test_name(); });
 INSTANTIATE_TEST_SUITE_P(Windows, Forward, ::testing::ValuesIn(windows()),
-                         [](const auto& info) { return gtest_name(info.param); });
+                         [](const auto& info) { return info.param.test_name(); });
 INSTANTIATE_TEST_SUITE_P(Layouts, Forward, ::testing::ValuesIn(layouts()), [](const auto& info) {
-  return gtest_name(info.param) + "_" + std::to_string(info.index);
+  return info.param.test_name() + "_" + std::to_string(info.index);
 });
 INSTANTIATE_TEST_SUITE_P(Options, Forward, ::testing::ValuesIn(options()), [](const auto& info) {
-  return gtest_name(info.param) + "_" + std::to_string(info.index);
+  return info.param.test_name() + "_" + std::to_string(info.index);
 });
 
 TEST(ForwardCuda, UserStream) {

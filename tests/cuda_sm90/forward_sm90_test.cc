@@ -5,7 +5,6 @@
 // TILEATTN_SM90_FORWARD).
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <string>
 #include <vector>
 
@@ -32,13 +31,6 @@ TEST_P(Sm90Forward, MatchesOracle) {
     // The sm90 kernel is not selectable here: say why instead of failing.
     GTEST_SKIP() << e.what();
   }
-}
-
-std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
-  std::string s = info.param.name() + "_" + std::to_string(info.index);
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Sm90Forward, ::testing::ValuesIn(sm90_cases()), name_of);

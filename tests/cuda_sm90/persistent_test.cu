@@ -3,7 +3,6 @@
 // against the oracle, under the same rule as the library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside tune_sm90, which times them.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <string>
 
 #include "api/validate.h"
@@ -51,13 +50,6 @@ class Sm90Experimental : public ::testing::TestWithParam<Problem> {
 TEST_P(Sm90Experimental, OtherSchedulingMatchesOracle) {
   const Report r = run_case(GetParam(), 1, -1, run_experimental);
   EXPECT_TRUE(r.ok()) << GetParam().name() << ": " << r.str();
-}
-
-std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
-  std::string s = info.param.name() + "_" + std::to_string(info.index);
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Sm90Experimental, ::testing::ValuesIn(sm90_cases()), name_of);

@@ -3,6 +3,9 @@
 // strided views, and more query tiles than SMs.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <string>
 #include <vector>
 
 #include "cuda_case.h"
@@ -18,6 +21,11 @@ inline Problem make_problem(int64_t lq, int64_t lk, int64_t d, DType dtype, int6
   p.heads_q = hq;
   p.heads_kv = hkv;
   return p;
+}
+
+// gtest's name for a case of the sweep: the problem and its index.
+inline std::string name_of(const ::testing::TestParamInfo<Problem>& info) {
+  return info.param.test_name() + "_" + std::to_string(info.index);
 }
 
 inline std::vector<Problem> sm90_cases() {
