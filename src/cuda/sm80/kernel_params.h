@@ -32,7 +32,9 @@ struct KernelParams {
   bool conditional;  // conditional rescaling (Rescale::kConditional)
 };
 
-inline KernelParams make_kernel_params(const AttnParams& p, int block_m, Band band) {
+// pack (sm90's GQA packing, a power of two dividing the group): query heads per tile, whose
+// rows then run over (position, head) pairs; 1 = one head a tile.
+inline KernelParams make_kernel_params(const AttnParams& p, int block_m, Band band, int pack = 1) {
   KernelParams k{};
   k.q = p.q;
   k.k = p.k;
@@ -48,8 +50,9 @@ inline KernelParams make_kernel_params(const AttnParams& p, int block_m, Band ba
   k.seqlen_k = p.seqlen_k;
   k.heads_q = p.heads_q;
   k.group = p.group_size();
-  k.m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  k.tiles = k.m_blocks * p.heads_q * p.batch;
+  while ((1 << k.pack_shift) < pack) ++k.pack_shift;
+  k.m_blocks = (p.seqlen_q * pack + block_m - 1) / block_m;
+  k.tiles = k.m_blocks * (p.heads_q / pack) * p.batch;
   k.d_chunks = static_cast<int>(p.head_dim / 8);
   // Clamping keeps the band's meaning for rows in [0, Lq) and keys in [0, Lk): a lower edge at or
   // below -Lq never binds and one at or above Lk hides everything, and so for the upper edge.

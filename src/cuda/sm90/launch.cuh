@@ -54,11 +54,7 @@ void launch(const AttnParams& p, const Mask& mask) {
       map_of(p.k, bf16, p.k_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const CUtensorMap tm_v =
       map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
-  sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band());
-  // Packed: tiles run over (position, head) rows of each group of `pack` query heads.
-  while ((1 << kp.pack_shift) < pack) ++kp.pack_shift;
-  kp.m_blocks = (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m();
-  kp.tiles = kp.m_blocks * (p.heads_q / pack) * p.batch;
+  const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band(), pack);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
