@@ -12,8 +12,15 @@ from ._arrays import argument_error
 _LAYOUT_Q = "4 dims [batch, seqlen, heads, head_dim]"
 
 
-def _check_options(causal, scale, window, softcap):
+_KERNELS = ("auto", "cpu", "sm80", "sm90")
+
+
+def _check_options(causal, scale, window, softcap, kernel="auto"):
     """Type checks of the keyword options (values are checked by the core, which names them)."""
+    if not isinstance(kernel, str) or kernel not in _KERNELS:
+        raise argument_error(
+            ValueError, "kernel", f"{kernel!r}, expected one of {', '.join(map(repr, _KERNELS))}"
+        )
     if not isinstance(causal, (bool, np.bool_, numbers.Integral)) or causal not in (0, 1):
         raise argument_error(
             TypeError, "causal", f"expected a bool, got {_arrays.type_name(causal)} {causal!r}"
@@ -52,6 +59,7 @@ def _check_options(causal, scale, window, softcap):
         window_left=left,
         window_right=right,
         softcap=float(softcap),
+        kernel=kernel,
     )
 
 
@@ -93,7 +101,9 @@ def _run(entry, q, k, v, options, return_lse, out_dtype=None, lse_dtype="float32
     return outputs.result(out)
 
 
-def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False):
+def attention(
+    q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False, kernel="auto"
+):
     """Exact attention, tiled with online softmax: ``softmax(scale * q k^T [masked]) v``.
 
     Args:
@@ -110,6 +120,9 @@ def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0
             With ``causal=True`` right must be -1 or 0.
         softcap: when > 0, scores become ``softcap * tanh(scores / softcap)`` (Gemma 2, Grok).
         return_lse: also return the log-sum-exp of each row's scores.
+        kernel: which implementation runs: ``"auto"`` (the fastest that supports the problem),
+            or one forced by name for comparisons: ``"cpu"``, ``"sm80"``, ``"sm90"`` (an error
+            says why it cannot run the problem).
 
     Returns:
         ``out`` ``[batch, seqlen_q, heads_q, head_dim]`` in q's dtype, an array of q's kind on
@@ -127,12 +140,12 @@ def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0
         ValueError: shapes or values that do not fit (the message names the argument).
         RuntimeError: a device failure (CUDA error, out of memory).
     """
-    options = _check_options(causal, scale, window, softcap)
+    options = _check_options(causal, scale, window, softcap, kernel)
     if _arrays.kind_of(q, "q") == "torch":
         _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
         from . import torch as tileattn_torch
 
-        return tileattn_torch._call_op(q, k, v, options, return_lse, checked=True)
+        return tileattn_torch._call_op(q, k, v, options, return_lse)
     return _run(_C.forward, q, k, v, options, return_lse)
 
 

@@ -11,14 +11,17 @@ computing a gradient through it raises ``NotImplementedError``, when the backwar
 Schema::
 
     tileattn::attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale,
-                        int window_left, int window_right, float softcap) -> (Tensor out, Tensor lse)
+                        int window_left, int window_right, float softcap, str kernel,
+                        bool return_lse) -> (Tensor out, Tensor lse)
+
+lse is computed only when return_lse is true; otherwise it is an empty tensor.
 """
 
 from typing import Optional
 
 import torch
 
-from . import _C, _api
+from . import _C, _api, _arrays
 
 NO_BACKWARD_MESSAGE = (
     "tileattn has no backward yet: its attention is forward-only. Run it under torch.no_grad() or "
@@ -37,6 +40,8 @@ def _attention_op(
     window_left: int,
     window_right: int,
     softcap: float,
+    kernel: str,
+    return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     options = dict(
         causal=causal,
@@ -44,18 +49,20 @@ def _attention_op(
         window_left=window_left,
         window_right=window_right,
         softcap=softcap,
+        kernel=kernel,
     )
-    return _api._run(_C.forward, q, k, v, options, return_lse=True)
+    out, lse = _forward_plain(q, k, v, options, return_lse)
+    return out, lse if return_lse else q.new_empty((0,), dtype=torch.float32)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap):
+def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, kernel, return_lse):
     if q.dim() != 4:
         raise ValueError(f"q: rank {q.dim()} (shape {tuple(q.shape)}), expected {_api._LAYOUT_Q}")
     batch, seqlen_q, heads_q, head_dim = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, head_dim))
-    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
-    return out, lse
+    lse_shape = (batch, heads_q, seqlen_q) if return_lse else (0,)
+    return out, q.new_empty(lse_shape, dtype=torch.float32)
 
 
 # The backward is an op of its own that raises when it runs: raising in the autograd formula
@@ -80,7 +87,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, grad_lse):
     grad_q, grad_k, grad_v = _backward_op(grad_out, *ctx.saved_tensors)
-    return grad_q, grad_k, grad_v, None, None, None, None, None
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -98,10 +105,28 @@ def _needs_op(q, k, v):
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _call_op(q, k, v, options, return_lse, checked=False):
+def current_stream(t):
+    """The raw cudaStream_t (an int) torch is working on for t's device; 0 for a CPU tensor."""
+    if not t.is_cuda:
+        return 0
+    return torch._C._cuda_getCurrentRawStream(t.get_device())
+
+
+def _forward_plain(q, k, v, options, return_lse):
+    """The forward on plain torch tensors (q, k and v checked): outputs from torch.empty on q's
+    device, the work on its current stream. This is the whole host path of an eager call."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device) if return_lse else None
+    _C.forward(q, k, v, out, lse, **options, stream=current_stream(q))
+    return out, lse
+
+
+def _call_op(q, k, v, options, return_lse):
+    """q, k and v are checked torch tensors."""
     if not _needs_op(q, k, v):
-        kind = "torch" if checked else None
-        return _api._run(_C.forward, q, k, v, options, return_lse, kind=kind)
+        out, lse = _forward_plain(q, k, v, options, return_lse)
+        return (out, lse) if return_lse else out
     out, lse = _attention_op(
         q,
         k,
@@ -111,18 +136,23 @@ def _call_op(q, k, v, options, return_lse, checked=False):
         options["window_left"],
         options["window_right"],
         options["softcap"],
+        options["kernel"],
+        return_lse,
     )
     return (out, lse) if return_lse else out
 
 
-def attention(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False):
+def attention(
+    q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False, kernel="auto"
+):
     """:func:`tileattn.attention` for torch tensors, through ``torch.ops.tileattn.attention``.
 
     Arguments and results as in :func:`tileattn.attention`; q, k and v are torch tensors (CPU or
     CUDA; float32, float16, bfloat16), strided views included. The output is a new contiguous
     tensor; on CUDA the op runs on ``torch.cuda.current_stream()``.
     """
-    options = _api._check_options(causal, scale, window, softcap)
+    options = _api._check_options(causal, scale, window, softcap, kernel)
+    _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
     return _call_op(q, k, v, options, return_lse)
 
 
