@@ -27,6 +27,7 @@ struct BenchArgs {
   std::string dtype, device = "auto", out, commit, kernel = "auto";
   int reps = 0, warmup = -1, threads = 0;  // 0 and -1: per device (see add_bench)
   bool peak = false;
+  std::string lse = "on";
 };
 
 struct Measurement {
@@ -48,10 +49,11 @@ int run_bench(const BenchArgs& a) {
   const Device device = resolve_device(a.device);
   const DType dtype = resolve_dtype(a.dtype, device);
   const int threads = thread_count(a.threads);
-  // A GPU call is short: more calls steady the median, and clocks need a few to ramp up.
+  // A GPU call is short: more calls steady the median, and clocks need a few to ramp up
+  // (100 after 10 is the GPU benchmarks' rule).
   const bool on_cpu = device.kind == DeviceKind::kCPU;
-  const int reps = a.reps > 0 ? a.reps : on_cpu ? 3 : 20;
-  const int warmup = a.warmup >= 0 ? a.warmup : on_cpu ? 1 : 3;
+  const int reps = a.reps > 0 ? a.reps : on_cpu ? 3 : 100;
+  const int warmup = a.warmup >= 0 ? a.warmup : on_cpu ? 1 : 10;
   std::vector<bool> causal_modes;
   if (a.causal != "on") causal_modes.push_back(false);
   if (a.causal != "off") causal_modes.push_back(true);
@@ -75,9 +77,10 @@ int run_bench(const BenchArgs& a) {
     if (const FmaKernel* k = fma_kernel(cpu_isa())) peak = measure_fma_peak(*k, threads);
   }
 
-  std::printf("tileattn bench: B=%lld Hq=%lld Hkv=%lld %s; median of %d calls after %d warm-up\n",
+  std::printf("tileattn bench: B=%lld Hq=%lld Hkv=%lld %s, LSE %s; median of %d calls after %d warm-up%s\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.heads),
-              static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads), dtype_name(dtype), reps, warmup);
+              static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads), dtype_name(dtype), a.lse.c_str(),
+              reps, warmup, on_cpu ? "" : " (L2 flushed before each, no wait between calls)");
   std::printf("device %s\n", describe_device(device, threads).c_str());
   if (peak)
     std::printf("FMA peak %.1f GFLOP/s (%s, %d threads; tileattn peak)\n", peak->gflops, peak->isa.c_str(),
@@ -124,7 +127,7 @@ int run_bench(const BenchArgs& a) {
             m.status = "skipped: " + *skip;
           } else {
             try {
-              m.timing = time_impl(impl, data, options, warmup, reps);
+              m.timing = time_impl(impl, data, options, warmup, reps, a.lse == "on");
               m.gflops = attention_flops(shape, causal) / (m.timing.median() * 1e6);
             } catch (const Error&) {
               throw;  // bad input: the same for every row, so stop with the library's message
@@ -175,6 +178,10 @@ int run_bench(const BenchArgs& a) {
                      {"kernel", a.kernel},
                      {"reps", reps},
                      {"warmup", warmup},
+                     {"lse", a.lse == "on"},
+                     {"timer", on_cpu ? "steady_clock around each call"
+                                      : "CUDA events around each call, L2 flushed (256 MiB zeroed) before "
+                                        "each, no wait between calls; median"},
                      {"flops", "4*B*Hq*Lq*Lk*D, halved when causal"}};
     doc["rows"] = nlohmann::json::array();
     for (const auto& m : all) {
@@ -230,9 +237,12 @@ Command add_bench(CLI::App& app) {
       ->check(one_of({"auto", "cpu", "sm80", "sm90"}))
       ->capture_default_str();
   add_threads_flag(*sub, &args->threads);
-  sub->add_option("--reps", args->reps, "timed calls per row, the median is shown (default: 3 CPU, 20 GPU)")
+  sub->add_option("--lse", args->lse, "compute the LSE too (on) or O alone (off)")
+      ->check(one_of({"on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--reps", args->reps, "timed calls per row, the median is shown (default: 3 CPU, 100 GPU)")
       ->check(positive_int());
-  sub->add_option("--warmup", args->warmup, "untimed calls before timing (default: 1 CPU, 3 GPU)")
+  sub->add_option("--warmup", args->warmup, "untimed calls before timing (default: 1 CPU, 10 GPU)")
       ->check(non_negative_int());
   sub->add_flag("--peak", args->peak, "measure the FMA peak first and show % of it (CPU)");
   sub->add_option("--out", args->out, "write the results as JSON to this file");

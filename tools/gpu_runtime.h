@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tileattn::cli::gpu {
 
@@ -18,8 +19,11 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void synchronize(int index);
 
-// Milliseconds `fn` takes on the device, timed with events on the legacy default stream (the
-// stream forward() and eager() use when Options::cuda_stream is null).
-double time_ms(int index, const std::function<void()>& fn);
+// Milliseconds each of `reps` calls of `fn` takes on the device, timed the way the GPU
+// benchmarks time every implementation: before each call the L2 cache is flushed (a 256 MiB
+// buffer is zeroed), events on the legacy default stream (the stream forward() and eager() use
+// when Options::cuda_stream is null) bracket the call, and nothing waits between calls, so the
+// launch queue stays full; one synchronization at the end.
+std::vector<double> time_series_ms(int index, const std::function<void()>& fn, int reps);
 
 }  // namespace tileattn::cli::gpu

@@ -15,6 +15,6 @@ void release(void*) noexcept {}
 void copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, std::size_t) { no_cuda(); }
 void synchronize(int) { no_cuda(); }
-double time_ms(int, const std::function<void()>&) { no_cuda(); }
+std::vector<double> time_series_ms(int, const std::function<void()>&, int) { no_cuda(); }
 
 }  // namespace tileattn::cli::gpu

@@ -83,16 +83,16 @@ void AttentionData::poison_outputs() {
 Buffer AttentionData::out_on_host() const { return copy_to(out_, Device::cpu()); }
 Buffer AttentionData::lse_on_host() const { return copy_to(lse_, Device::cpu()); }
 
-void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats) {
+void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats, bool with_lse) {
   const TensorRef lse = data.lse();
+  const TensorRef* lse_ptr = with_lse ? &lse : nullptr;
   if (impl == Impl::kTiled)
-    forward(data.q(), data.k(), data.v(), data.out(), &lse, options);
+    forward(data.q(), data.k(), data.v(), data.out(), lse_ptr, options);
   else
-    eager(data.q(), data.k(), data.v(), data.out(), &lse, options, stats);
+    eager(data.q(), data.k(), data.v(), data.out(), lse_ptr, options, stats);
 }
 
-double time_call(const AttentionData& data, const std::function<void()>& fn) {
-  if (data.device().kind != DeviceKind::kCPU) return gpu::time_ms(data.device().index, fn);
+double time_call(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
   fn();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -108,10 +108,16 @@ double Timing::median() const {
 
 double Timing::min() const { return ms.empty() ? NAN : *std::min_element(ms.begin(), ms.end()); }
 
-Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) run_impl(impl, data, options);
+Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
+                 bool with_lse) {
+  const auto call = [&] { run_impl(impl, data, options, nullptr, with_lse); };
+  for (int i = 0; i < warmup; ++i) call();
   Timing timing;
-  for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(data, [&] { run_impl(impl, data, options); }));
+  if (data.device().kind != DeviceKind::kCPU) {
+    timing.ms = gpu::time_series_ms(data.device().index, call, reps);
+  } else {
+    for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(call));
+  }
   return timing;
 }
 

@@ -47,11 +47,13 @@ class AttentionData {
   Buffer out_, lse_;
 };
 
-// Runs one implementation once into data's O and LSE (eager reports its S and P bytes).
-void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats = nullptr);
+// Runs one implementation once into data's O and LSE, or O alone without with_lse (eager
+// reports its S and P bytes).
+void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats = nullptr,
+              bool with_lse = true);
 
-// Wall time of one call in ms: steady_clock on the CPU, CUDA events on a GPU.
-double time_call(const AttentionData& data, const std::function<void()>& fn);
+// Wall time of one call in ms (steady_clock), for CPU runs.
+double time_call(const std::function<void()>& fn);
 
 struct Timing {
   std::vector<double> ms;  // every timed repetition
@@ -59,8 +61,10 @@ struct Timing {
   double min() const;
 };
 
-// `warmup` untimed calls, then `reps` timed ones.
-Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps);
+// `warmup` untimed calls, then `reps` timed ones: on the CPU one by one, on a GPU by
+// gpu::time_series_ms (L2 flushed before each call, no wait between calls).
+Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
+                 bool with_lse = true);
 
 // Why eager cannot run here (its S and P would not fit in the memory available now), or nothing.
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device);

@@ -1,211 +1,379 @@
-"""GPU forward benchmark: tileattn against its eager path and PyTorch's attention backends.
+"""GPU forward benchmark: tileattn beside PyTorch's attention backends, in one process.
 
-All implementations run in this one process on the same inputs (bf16, [B, L, H, D]), timed
-with CUDA events: median of --reps calls after --warmup calls. TFLOP/s counts 4*B*H*L*L*D,
-halved for causal. Writes JSON (--out) and prints a table with ratios to SDPA FLASH and CUDNN.
+Every implementation is called through the entry point its users call (tileattn through
+`tileattn.attention`, PyTorch through `F.scaled_dot_product_attention` with one backend
+forced, or its eager formula) on the same random-normal bf16 inputs in [B, L, H, D] storage
+(SDPA gets the `.transpose(1, 2)` views a model hands it), and timed by one timer
+(bench/gpu/timer.py: L2 flushed before each call, no sync between calls, median of >= 100),
+in two columns: plain calls, and replays of a captured CUDA graph.
 
-The sweep is the FlashAttention papers': hidden 2048 (H = 2048 / D), B = 16384 / L,
-L = 512..16384, D in {64, 128, 256} (others with --head-dims), causal off and on; plus the seed's
-shape B=1, H=32, L=2048, D=128.
+Suites (--suites):
+  forward   the FlashAttention papers' sweep: hidden 2048 (H = 2048 / D), B = 16384 / L,
+            L = 512..16k, D in {64, 128, 256}, causal off and on; plus the seed shape B=1,
+            H=32, L=2048, D=128. TFLOP/s = 4*B*H*L*L*D, halved when causal.
+  decode    B x 1 query against Lk keys, 32 query heads on 8 KV heads, D = 128. TB/s = bytes of
+            K and V read / time.
+  overhead  a tiny problem: host CPU time per call, and the GPU's idle time between calls.
+  gap       tileattn at D=128, L=16k through the binding and the CLI, timed several ways.
+Writes JSON (--out) and prints tables last, with ratios to SDPA's backends.
 """
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
-
 import tempfile
+import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-try:
-    import tileattn
-except ImportError:  # timed through the CLI instead (--tileattn-cli)
-    tileattn = None
-
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+import timer as timers
+import tileattn
 
 
 def torch_eager(q, k, v, causal):
     """Standard attention as written in PyTorch: S and P materialized, softmax in fp32."""
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    s = (qt @ kt.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if causal:
-        L, S = s.shape[-2:]
-        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril(S - L)
-        s = s.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-    return (p @ vt).transpose(1, 2)
+    group = q.shape[2] // k.shape[2]
+    if group > 1:
+        kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+
+    def call():
+        s = (qt @ kt.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+        if causal:
+            L, S = s.shape[-2:]
+            mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril(S - L)
+            s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+        return (p @ vt).transpose(1, 2)
+
+    return call
 
 
-def sdpa(backend):
-    def run(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
-            ).transpose(1, 2)
+class Impl:
+    """How to call one implementation: make(q, k, v, causal) -> a call; context() is entered
+    around all its calls (SDPA's backend choice, entered once so its cost is not timed)."""
 
-    return run
+    def __init__(self, name, make, context=None, eager=False):
+        self.name, self.make, self.eager = name, make, eager
+        self.context = context or (lambda: _Nothing())
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _tileattn(kernel="auto", **kwargs):
+    return lambda q, k, v, c: (lambda: tileattn.attention(q, k, v, causal=c, kernel=kernel, **kwargs))
+
+
+def _sdpa_call(q, k, v, causal):
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    gqa = q.shape[2] != k.shape[2]
+    return lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+
+
+def _sdpa(name, backend):
+    return Impl(name, _sdpa_call, context=lambda: sdpa_kernel(backend))
 
 
 IMPLS = {
-    "tileattn": lambda q, k, v, c: tileattn.attention(q, k, v, causal=c),
-    "tileattn_eager": lambda q, k, v, c: tileattn.eager(q, k, v, causal=c),
-    "tileattn_sm80": None,  # only through the CLI (--sm80-peer)
-    # With --tileattn-cli these two are timed by `tileattn bench --device cuda` on its own
-    # random inputs of the same shape (same method: CUDA events, median after warm-up).
-    "torch_eager": torch_eager,
-    "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
-    "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
-    "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+    i.name: i
+    for i in [
+        Impl("tileattn", _tileattn()),
+        Impl("tileattn_sm80", _tileattn("sm80")),
+        Impl("tileattn_eager", lambda q, k, v, c: (lambda: tileattn.eager(q, k, v, causal=c)), eager=True),
+        Impl("torch_eager", torch_eager, eager=True),
+        _sdpa("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+        _sdpa("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION),
+        _sdpa("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+        Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
+    ]
 }
+SHORT = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+         "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
-def cli_times(cli, shape, warmup, reps, kernel="auto", impls="tiled,eager", names=None):
-    """impl name -> the row of `tileattn bench --device cuda` for one shape."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-        subprocess.run([cli, "bench", "--device", "cuda", "--dtype", "bf16", "--seqlens", str(shape["L"]),
-                        "--head-dims", str(shape["D"]), "--batch", str(shape["B"]), "--heads", str(shape["H"]),
-                        "--causal", "on" if shape["causal"] else "off", "--impl", impls, "--kernel", kernel,
-                        "--warmup", str(warmup), "--reps", str(reps), "--out", tmp.name],
-                       check=True, capture_output=True, timeout=300)
-        rows = json.load(open(tmp.name))["rows"]
-    names = names or {"tiled": "tileattn", "eager": "tileattn_eager"}
-    return {names[r["impl"]]: r for r in rows}
+def measure(timer, impl, q, k, v, causal, graph=True):
+    """One row's timings of impl (both columns), or the error that stopped it."""
+    row = {}
+    try:
+        with impl.context():
+            call = impl.make(q, k, v, causal)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            out = call()
+            torch.cuda.synchronize()
+            row["peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+            row["out"] = out
+            for key, value in timer.time(call).items():
+                row[key] = value
+            if graph:
+                try:
+                    for key, value in timer.time_graph(call).items():
+                        row["graph_" + key] = value
+                except Exception as e:  # not capturable: recorded, the plain column stands
+                    row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    except Exception as e:  # an unsupported shape or out of memory: recorded, not fatal
+        row = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    torch.cuda.empty_cache()
+    return row
 
 
-def shapes(args):
-    for d in args.head_dims:
-        for L in args.seqlens:
-            for causal in (False, True):
-                yield dict(B=max(1, args.tokens // L), H=args.hidden // d, L=L, D=d, causal=causal)
-    yield dict(B=1, H=32, L=2048, D=128, causal=False, seed_shape=True)
+def run_rows(timer, shapes, impls, inputs, rate, label, eager_max_len):
+    rows = []
+    for shape in shapes:
+        q, k, v = inputs(shape)
+        first = None
+        for name in impls:
+            impl = IMPLS[name]
+            if impl.eager and shape.get("L", 0) > eager_max_len:
+                continue
+            r = measure(timer, impl, q, k, v, shape.get("causal", False))
+            out = r.pop("out", None)
+            if out is not None:
+                if first is None:
+                    first = out.float()
+                r["max_diff_vs_first"] = (out.float() - first).abs().max().item()
+                del out
+            for col in ("", "graph_"):
+                if col + "ms" in r:
+                    r[col + rate[0]] = rate[1](shape) / r[col + "ms"]
+            rows.append(dict(shape, impl=name, **r))
+            status = r.get("error") or f"{r[rate[0]]:8.2f} {label}  graph {r.get('graph_' + rate[0], float('nan')):8.2f}"
+            print(f"{shape} {name:15s} {status}", file=sys.stderr, flush=True)
+        del q, k, v, first
+        torch.cuda.empty_cache()
+    return rows
+
+
+def randn(*shape):
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+def forward_suite(args, timer):
+    shapes = [dict(suite="forward", B=max(1, args.tokens // L), H=args.hidden // d, L=L, D=d, causal=c)
+              for d in args.head_dims for L in args.seqlens for c in (False, True)]
+    shapes.append(dict(suite="forward", B=1, H=32, L=2048, D=128, causal=False, seed_shape=True))
+    flops = lambda s: 4.0 * s["B"] * s["H"] * s["L"] ** 2 * s["D"] / (2 if s["causal"] else 1) / 1e9
+    inputs = lambda s: tuple(randn(s["B"], s["L"], s["H"], s["D"]) for _ in range(3))
+    return run_rows(timer, shapes, args.impls, inputs, ("tflops", flops), "TFLOP/s", args.eager_max_len)
+
+
+DECODE_SHAPES = [(1, 4096), (1, 32768), (1, 131072), (8, 16384), (8, 131072), (64, 4096), (64, 32768)]
+
+
+def decode_suite(args, timer):
+    shapes = [dict(suite="decode", B=b, Lq=1, Lk=lk, Hq=32, Hkv=8, D=128) for b, lk in DECODE_SHAPES]
+    kv_bytes = lambda s: 2.0 * s["B"] * s["Lk"] * s["Hkv"] * s["D"] * 2 / 1e9  # K and V, bf16
+    inputs = lambda s: (randn(s["B"], s["Lq"], s["Hq"], s["D"]), randn(s["B"], s["Lk"], s["Hkv"], s["D"]),
+                        randn(s["B"], s["Lk"], s["Hkv"], s["D"]))
+    impls = [i for i in args.impls if not IMPLS[i].eager]
+    return run_rows(timer, shapes, impls, inputs, ("tbps", kv_bytes), "TB/s", 0)
+
+
+def overhead_suite(args, timer, calls=2000):
+    """Host CPU time per call and the GPU's idle time between back-to-back calls at a tiny shape:
+    per call, the GPU span of `calls` plain calls minus that of the same calls replayed from a
+    graph (which has no host work between them)."""
+    shape = dict(suite="overhead", B=1, L=128, H=8, D=64, causal=False)
+    q, k, v = (randn(1, 128, 8, 64) for _ in range(3))
+    rows = []
+    for name in ["tileattn", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]:
+        impl = IMPLS[name]
+        row = dict(shape, impl=name)
+        try:
+            with impl.context():
+                call = impl.make(q, k, v, False)
+                for _ in range(100):
+                    call()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                wall, cpu = time.perf_counter(), time.thread_time()
+                start.record()
+                for _ in range(calls):
+                    call()
+                end.record()
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+                torch.cuda.synchronize()
+                row["host_cpu_us"] = 1e6 * cpu / calls
+                row["host_wall_us"] = 1e6 * wall / calls
+                row["gpu_span_us"] = 1e3 * start.elapsed_time(end) / calls
+                graph = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    call()
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(graph):
+                    for _ in range(20):
+                        call()
+                graph.replay()
+                torch.cuda.synchronize()
+                start.record()
+                for _ in range(calls // 20):
+                    graph.replay()
+                end.record()
+                torch.cuda.synchronize()
+                row["graph_span_us"] = 1e3 * start.elapsed_time(end) / calls
+                row["gpu_idle_us"] = row["gpu_span_us"] - row["graph_span_us"]
+                del graph
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        rows.append(row)
+        print(row, file=sys.stderr, flush=True)
+    return rows
+
+
+def gap_suite(args, timer):
+    """tileattn at D=128, L=16k, B=1, H=16 (bf16, non-causal) timed several ways, to find what
+    made the CLI and the binding disagree (docs/kernels/sm90.md)."""
+    B, L, H, D = 1, 16384, 16, 128
+    shape = dict(suite="gap", B=B, L=L, H=H, D=D, causal=False)
+    flops = 4.0 * B * H * L * L * D / 1e9
+    q, k, v = (randn(B, L, H, D) for _ in range(3))
+    plain = lambda: tileattn.attention(q, k, v)
+    with_lse = lambda: tileattn.attention(q, k, v, return_lse=True)
+    rows = []
+
+    def add(method, result):
+        rows.append(dict(shape, impl="tileattn", method=method, **result, tflops=flops / result["ms"]))
+        print(rows[-1], file=sys.stderr, flush=True)
+
+    add("binding, harness timer", timer.time(plain))
+    add("binding, harness timer, graph", timer.time_graph(plain))
+    add("binding, with lse", timer.time(with_lse))
+    add("binding, no L2 flush", timers.Timer(timer.reps, timer.warmup, flush=False).time(plain))
+    add("binding, 20 calls after 3", timers.Timer(20, 3).time(plain))
+    # The old bench's method: one call at a time, each waited for.
+    times = []
+    for i in range(23):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        plain()
+        e.record()
+        e.synchronize()
+        if i >= 3:
+            times.append(s.elapsed_time(e))
+    add("binding, sync per call, 20 after 3", dict(ms=statistics.median(times)))
+    if args.tileattn_cli:
+        for lse, reps, warmup in (("off", 100, 10), ("on", 100, 10), ("off", 20, 3)):
+            with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+                subprocess.run([args.tileattn_cli, "bench", "--device", "cuda", "--dtype", "bf16", "--seqlens", str(L),
+                                "--head-dims", str(D), "--batch", str(B), "--heads", str(H), "--causal", "off",
+                                "--impl", "tiled", "--lse", lse, "--reps", str(reps), "--warmup", str(warmup),
+                                "--out", tmp.name], check=True, capture_output=True, timeout=300)
+                r = json.load(open(tmp.name))["rows"][0]
+            add(f"CLI, lse {lse}, {reps} calls after {warmup}", dict(ms=r["median_ms"]))
+    return rows
+
+
+def copy_bandwidth(timer):
+    """The device's copy ceiling: bytes read + written by a 4 GiB device-to-device copy, in TB/s."""
+    src = torch.empty(1 << 31, dtype=torch.int16, device="cuda")
+    dst = torch.empty_like(src)
+    r = timer.time(lambda: dst.copy_(src))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (1 << 32) / r["ms"] / 1e9
+
+
+def print_tables(rows, copy_tbps):
+    def table(suite, keys, rate, impls):
+        sel = [r for r in rows if r["suite"] == suite]
+        if not sel:
+            return
+        by = {}
+        for r in sel:
+            by.setdefault(tuple(r[k] for k in keys), {})[r["impl"]] = r
+        present = [i for i in impls if any(i in v for v in by.values())]
+        print(f"\n{suite}: {rate} (bf16); 'g' = CUDA-graph replay")
+        print(" ".join(f"{k:>6}" for k in keys) + " " + " ".join(f"{SHORT[i]:>11}" for i in present)
+              + "  ours/CUDNN ours/CUDNN(g) ours/FLASH")
+        for key, vals in by.items():
+            def cell(i, col=""):
+                return vals.get(i, {}).get(col + rate)
+            cells = " ".join(f"{cell(i):11.1f}" if cell(i) else f"{'-':>11}" for i in present)
+            ratio = lambda a, b: f"{a / b:10.2f}" if a and b else f"{'-':>10}"
+            print(" ".join(f"{int(x):>6}" for x in key) + " " + cells + "  "
+                  + ratio(cell("tileattn"), cell("sdpa_cudnn")) + "  "
+                  + ratio(cell("tileattn", "graph_"), cell("sdpa_cudnn", "graph_")) + " "
+                  + ratio(cell("tileattn"), cell("sdpa_flash")))
+
+    print("\n#### tables")
+    impls = list(IMPLS)
+    table("forward", ("D", "L", "B", "H", "causal"), "tflops", impls)
+    table("decode", ("B", "Lk"), "tbps", impls)
+    if copy_tbps:
+        print(f"(copy ceiling {copy_tbps:.2f} TB/s)")
+    over = [r for r in rows if r["suite"] == "overhead"]
+    if over:
+        print("\noverhead (B=1 L=128 H=8 D=64): us per call")
+        for r in over:
+            print(f"  {r['impl']:15s} " + (r.get("error") or
+                  f"host cpu {r['host_cpu_us']:6.1f}  host wall {r['host_wall_us']:6.1f}  gpu idle {r['gpu_idle_us']:6.1f}"))
+    for r in rows:
+        if r["suite"] == "gap":
+            print(f"gap: {r['method']:40s} {r['tflops']:6.1f} TFLOP/s  sm {r.get('sm_mhz')} MHz  {r.get('watts')} W")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suites", default="forward,decode,overhead,gap")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(k for k in IMPLS if k != "tileattn_sm80"))
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i != "sdpa_default"))
+    ap.add_argument("--eager-max-len", type=int, default=4096,
+                    help="eager baselines only up to this L (past it S and P only grow)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", default="")
     ap.add_argument("--commit", default=os.environ.get("TILEATTN_COMMIT", ""))
-    ap.add_argument("--tileattn-cli", default="", help="time tileattn through this `tileattn` binary")
-    ap.add_argument("--sm80-peer", action="store_true",
-                    help="with --tileattn-cli: also time the sm80 kernel by name (tileattn_sm80)")
+    ap.add_argument("--tileattn-cli", default="", help="the `tileattn` binary, for the gap suite")
     args = ap.parse_args()
     args.seqlens = [int(x) for x in args.seqlens.split(",")]
     args.head_dims = [int(x) for x in args.head_dims.split(",")]
-    impls = args.impls.split(",")
-    if args.sm80_peer and "tileattn_sm80" not in impls:
-        impls.insert(1, "tileattn_sm80")
+    args.impls = args.impls.split(",")
+    suites = args.suites.split(",")
 
     torch.manual_seed(0)
+    timer = timers.Timer(args.reps, args.warmup)
     rows = []
-    for shape in shapes(args):
-        B, H, L, D, causal = shape["B"], shape["H"], shape["L"], shape["D"], shape["causal"]
-        q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        flops = 4.0 * B * H * L * L * D / (2 if causal else 1)
-        reference = None
-        from_cli = cli_times(args.tileattn_cli, shape, args.warmup, args.reps) if args.tileattn_cli else {}
-        if args.tileattn_cli and args.sm80_peer:
-            from_cli.update(cli_times(args.tileattn_cli, shape, args.warmup, args.reps, "sm80", "tiled",
-                                      {"tiled": "tileattn_sm80"}))
-        for name in impls:
-            fn = IMPLS[name]
-            row = dict(shape, impl=name)
-            if name in from_cli:
-                r = from_cli[name]
-                if r["status"] == "ok":
-                    row.update(ms=r["median_ms"], tflops=flops / r["median_ms"] / 1e9, timed_by="tileattn bench",
-                               peak_extra_bytes=2 * B * H * L * L * 2 if name == "tileattn_eager" else 0)
-                else:
-                    row["error"] = r["status"]
-                rows.append(row)
-                print(f"D={D:3d} L={L:5d} B={B:2d} H={H:2d} causal={int(causal)} {name:15s} "
-                      f"{row.get('tflops', 0):7.1f} TFLOP/s (cli)", file=sys.stderr, flush=True)
-                continue
-            try:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                out = fn(q, k, v, causal)
-                torch.cuda.synchronize()
-                row["peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
-                if name == "tileattn_eager":  # S and P live in the library's own allocations
-                    row["peak_extra_bytes"] = 2 * B * H * L * L * 2
-                if reference is None:
-                    reference = out.float()
-                row["max_diff_vs_first"] = (out.float() - reference).abs().max().item()
-                del out
-                ms = time_ms(lambda: fn(q, k, v, causal), args.warmup, args.reps)
-                row.update(ms=ms, tflops=flops / ms / 1e9)
-            except Exception as e:  # an unsupported shape or out of memory: recorded, not fatal
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-                torch.cuda.empty_cache()
-            rows.append(row)
-            status = f"{row['tflops']:7.1f} TFLOP/s" if "tflops" in row else row["error"]
-            print(f"D={D:3d} L={L:5d} B={B:2d} H={H:2d} causal={int(causal)} {name:15s} {status}",
-                  file=sys.stderr, flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
+    copy_tbps = copy_bandwidth(timer) if "decode" in suites else None
+    for suite in suites:
+        rows += globals()[suite + "_suite"](args, timer)
 
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(0),
         torch=torch.__version__,
         cudnn=torch.backends.cudnn.version(),
-        tileattn=tileattn.__version__ if tileattn else "cli",
+        tileattn=tileattn.__version__,
         commit=args.commit,
         host=platform.node(),
         dtype="bf16",
-        flops="4*B*H*L*L*D, halved when causal",
-        timing=f"median of {args.reps} after {args.warmup} warm-up calls, CUDA events",
+        timer=timers.describe(args.reps, args.warmup),
+        flops="4*B*H*L*L*D, halved when causal (forward); decode: TB/s of K and V bytes read",
+        copy_tbps=copy_tbps,
+        entry_points="tileattn.attention; F.scaled_dot_product_attention under sdpa_kernel(backend); "
+                     "torch eager formula; tileattn.eager",
     )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    print_table(rows, impls)
-
-
-def print_table(rows, impls):
-    by = {}
-    for r in rows:
-        by.setdefault((r["D"], r["L"], r["B"], r["H"], r["causal"]), {})[r["impl"]] = r.get("tflops")
-    short = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
-             "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN"}
-    head = f"{'D':>3} {'L':>5} {'B':>2} {'H':>2} {'c':>1} " + " ".join(f"{short[i]:>11}" for i in impls)
-    head += "  ours/FLASH ours/CUDNN"
-    print("\nTFLOP/s (bf16, H200 forward)")
-    print(head)
-    for key, vals in by.items():
-        cells = " ".join(f"{vals[i]:11.1f}" if vals.get(i) else f"{'-':>11}" for i in impls)
-        ours, fl, cu = vals.get("tileattn"), vals.get("sdpa_flash"), vals.get("sdpa_cudnn")
-        r1 = f"{ours / fl:10.2f}" if ours and fl else f"{'-':>10}"
-        r2 = f"{ours / cu:10.2f}" if ours and cu else f"{'-':>10}"
-        print(f"{key[0]:3d} {key[1]:5d} {key[2]:2d} {key[3]:2d} {int(key[4]):1d} {cells}  {r1} {r2}")
+    print_tables(rows, copy_tbps)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABELS = {"tileattn": "tileattn", "tileattn_eager": "tileattn eager (cuBLAS, S and P in HBM)",
+LABELS = {"tileattn": "tileattn", "tileattn_sm80": "tileattn sm80 kernel", "tileattn_eager": "tileattn eager (cuBLAS, S and P in HBM)",
           "torch_eager": "PyTorch eager", "sdpa_flash": "SDPA FLASH (FA2)",
           "sdpa_efficient": "SDPA EFFICIENT", "sdpa_cudnn": "SDPA cuDNN"}
 
 
 def plot_speed(bench, path):
-    rows = [r for r in bench["rows"] if "tflops" in r and not r.get("seed_shape")]
+    rows = [r for r in bench["rows"]
+            if r.get("suite", "forward") == "forward" and "tflops" in r and not r.get("seed_shape")]
     dims = sorted({r["D"] for r in rows})
     fig, axes = plt.subplots(len(dims), 2, figsize=(11, 4 * len(dims)), squeeze=False)
     for i, d in enumerate(dims):

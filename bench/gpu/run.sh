@@ -9,8 +9,10 @@
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
 #             the lengths in TUNE_L (default 1024 4096 16384)
-#   bench     bench.py (tileattn, its eager path, PyTorch eager, SDPA FLASH/EFFICIENT/CUDNN),
-#             plot.py (PNGs); tileattn is timed through the CLI
+#   bench     bench.py: tileattn (through the Python package, installed first if the python
+#             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
+#             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
+#             suites from BENCH_SUITES (default forward,decode,overhead,gap); plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
 # Stages run in the order given (default: build test sanitize python bench traffic). With
 # DEADLINE=S, a stage that would start after S seconds is skipped (a time-boxed run). Everything goes to OUTDIR: logs.txt (every step's output),
@@ -74,11 +76,17 @@ run_sanitize() {
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG" | tail -1 >>"$SUMMARY"
   done
 }
-run_python() {
+installed=0
+run_install() {  # the Python package, once per run
+  ((installed)) && return 0
+  installed=1
   step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
     -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
     -C cmake.define.TILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" \
     -C build-dir="$ROOT/build/python"
+}
+run_python() {
+  run_install
   step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
@@ -106,11 +114,9 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
   done
 }
 run_bench() {
-  # tileattn through the CLI (the package's GPU path is what pytest checks); with the sm90
-  # kernel selected, the sm80 kernel is timed too, by name.
-  local cli=(--tileattn-cli "$BUILD/tools/tileattn")
-  [ "${SM90_FORWARD:-ON}" = ON ] && cli+=(--sm80-peer)
-  step bench 420 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" "${cli[@]}"
+  run_install
+  step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
+    --suites "${BENCH_SUITES:-forward,decode,overhead,gap}" --tileattn-cli "$BUILD/tools/tileattn"
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
 }
 run_traffic() {
@@ -126,6 +132,8 @@ echo "==== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>
 cat "$SUMMARY"
 if has bench; then
   # The tables the bench and traffic steps printed last.
-  awk '/^TFLOP\/s/,0' "$LOG" | grep -v "^===" | head -40
+  awk '/^#### tables/,/^=== plot/' "$LOG" | grep -v "^===" | head -90
+fi
+if has traffic; then
   awk '/^DRAM traffic/,0' "$LOG" | grep -v "^===" | head -8
 fi

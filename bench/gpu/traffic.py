@@ -15,7 +15,7 @@ import sys
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 SHAPE = ["--batch", "1", "--heads", "32", "--head-dim", "128", "--dtype", "bf16"]
-NOT_ATTENTION = re.compile(r"fill|rand|poison|init|copy", re.I)  # input set-up kernels, if any
+NOT_ATTENTION = re.compile(r"fill|rand|poison|init|copy|memset", re.I)  # set-up kernels and the L2 flush
 
 
 def measure(binary, L, impl):

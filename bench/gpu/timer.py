@@ -1,0 +1,91 @@
+"""The one timer of the GPU benchmarks (DESIGN.md section 8), for every implementation alike.
+
+A measurement is `reps` calls after `warmup` untimed ones. Before each call the L2 cache is
+flushed (a 256 MiB buffer, four times the H200's L2, is zeroed); CUDA events on the current
+stream bracket the call; nothing waits between calls, so the host runs ahead of the GPU as in a
+model's forward pass and the launch queue stays full; one synchronization at the end; the
+median is reported. The graph column times the same way around `CUDAGraph.replay()` of one
+captured call, which removes every implementation's host overhead alike.
+
+While the calls run, the SM clock and the board power are sampled through NVML, so a
+difference between two runs can be told apart from a difference in clocks.
+"""
+import statistics
+
+import torch
+
+FLUSH_BYTES = 256 << 20
+
+
+def describe(reps, warmup):
+    return (f"median of {reps} calls after {warmup} warm-up calls; CUDA events around each call on the "
+            f"current stream; L2 flushed before each call (a {FLUSH_BYTES >> 20} MiB buffer zeroed); no "
+            "synchronization between calls (the launch queue stays full). graph_*: the same around "
+            "torch.cuda.CUDAGraph.replay() of one captured call")
+
+
+class _Nvml:
+    """SM clock (MHz) and power (W) of the current device, or None where NVML is missing."""
+
+    def __init__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:  # no NVML: the numbers are recorded as null
+            self._nvml = None
+
+    def sample(self):
+        if self._nvml is None:
+            return None
+        n, h = self._nvml, self._handle
+        return (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), n.nvmlDeviceGetPowerUsage(h) / 1000.0)
+
+
+class Timer:
+    def __init__(self, reps=100, warmup=10, flush=True):
+        self.reps, self.warmup, self.flush = reps, warmup, flush
+        self._buffer = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self._nvml = _Nvml()
+
+    def time(self, call):
+        """{'ms': median, 'ms_min', 'ms_p90', 'sm_mhz', 'watts'} of `reps` calls of call()."""
+        for _ in range(self.warmup):
+            call()
+        start = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        samples = []
+        torch.cuda.synchronize()
+        for i in range(self.reps):
+            if self.flush:
+                self._buffer.zero_()
+            start[i].record()
+            call()
+            end[i].record()
+            if i % 20 == 19:  # while the queue is ahead: the clock the calls run at
+                samples.append(self._nvml.sample())
+        torch.cuda.synchronize()
+        ms = sorted(s.elapsed_time(e) for s, e in zip(start, end))
+        result = dict(ms=statistics.median(ms), ms_min=ms[0], ms_p90=ms[int(0.9 * (len(ms) - 1))])
+        samples = [s for s in samples if s is not None]
+        result["sm_mhz"] = statistics.median(s[0] for s in samples) if samples else None
+        result["watts"] = statistics.median(s[1] for s in samples) if samples else None
+        return result
+
+    def time_graph(self, fn):
+        """time() of the replays of a CUDA graph holding one call of fn()."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch asks
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        try:
+            return self.time(graph.replay)
+        finally:
+            del graph
