@@ -19,6 +19,7 @@ Writes JSON (--out) and prints tables last, with ratios to SDPA's backends.
 """
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -103,8 +104,18 @@ SHORT = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_eager": "ou
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
+def release_memory():
+    """Frees what the last measurement left in torch's caches (graph pools included), so that
+    tileattn's eager path, which allocates from CUDA's own pool, finds the memory free."""
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
 def measure(timer, impl, q, k, v, causal, graph=True):
-    """One row's timings of impl (both columns), or the error that stopped it."""
+    """One row's timings of impl (both columns), or the error that stopped it. The eager
+    baselines get no graph column: capturing S and P needs their memory twice over."""
+    graph = graph and not impl.eager
     row = {}
     try:
         with impl.context():
@@ -124,9 +135,10 @@ def measure(timer, impl, q, k, v, causal, graph=True):
                         row["graph_" + key] = value
                 except Exception as e:  # not capturable: recorded, the plain column stands
                     row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                    torch.cuda.synchronize()
     except Exception as e:  # an unsupported shape or out of memory: recorded, not fatal
         row = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    torch.cuda.empty_cache()
+    release_memory()
     return row
 
 
@@ -150,10 +162,11 @@ def run_rows(timer, shapes, impls, inputs, rate, label, eager_max_len):
                 if col + "ms" in r:
                     r[col + rate[0]] = rate[1](shape) / r[col + "ms"]
             rows.append(dict(shape, impl=name, **r))
-            status = r.get("error") or f"{r[rate[0]]:8.2f} {label}  graph {r.get('graph_' + rate[0], float('nan')):8.2f}"
+            status = r.get("error") or (f"{r[rate[0]]:8.2f} {label}  graph {r.get('graph_' + rate[0], float('nan')):8.2f}"
+                                        f"  {r.get('sm_mhz')} MHz {r.get('watts')} W {r.get('graph_error', '')[:60]}")
             print(f"{shape} {name:15s} {status}", file=sys.stderr, flush=True)
         del q, k, v, first
-        torch.cuda.empty_cache()
+        release_memory()
     return rows
 
 
@@ -329,7 +342,7 @@ def print_tables(rows, copy_tbps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suites", default="forward,decode,overhead,gap")
+    ap.add_argument("--suites", default="gap,forward,decode,overhead")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
@@ -352,9 +365,6 @@ def main():
     timer = timers.Timer(args.reps, args.warmup)
     rows = []
     copy_tbps = copy_bandwidth(timer) if "decode" in suites else None
-    for suite in suites:
-        rows += globals()[suite + "_suite"](args, timer)
-
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(0),
@@ -369,12 +379,21 @@ def main():
         copy_tbps=copy_tbps,
         entry_points="tileattn.attention; F.scaled_dot_product_attention under sdpa_kernel(backend); "
                      "torch eager formula; tileattn.eager",
+        suite_errors={},
     )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    for suite in suites:  # the JSON is rewritten after each suite: a later failure keeps the rest
+        try:
+            rows += globals()[suite + "_suite"](args, timer)
+        except Exception as e:
+            meta["suite_errors"][suite] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            print(f"suite {suite} failed: {meta['suite_errors'][suite]}", file=sys.stderr, flush=True)
+            release_memory()
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(dict(meta=meta, rows=rows), f, indent=1)
     print_tables(rows, copy_tbps)
+    return 1 if meta["suite_errors"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -25,7 +25,9 @@ def describe(reps, warmup):
 
 
 class _Nvml:
-    """SM clock (MHz) and power (W) of the current device, or None where NVML is missing."""
+    """SM clock (MHz), power (W) and the clock-event reasons (NVML's bit mask: 0x4 software power
+    cap, 0x20 software thermal, 0x40 hardware thermal, ...) of the current device; None where
+    NVML is missing."""
 
     def __init__(self):
         try:
@@ -41,7 +43,14 @@ class _Nvml:
         if self._nvml is None:
             return None
         n, h = self._nvml, self._handle
-        return (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), n.nvmlDeviceGetPowerUsage(h) / 1000.0)
+        reasons = -1
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            try:
+                reasons = getattr(n, name)(h)
+                break
+            except Exception:
+                continue
+        return (n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), n.nvmlDeviceGetPowerUsage(h) / 1000.0, reasons)
 
 
 class Timer:
@@ -72,6 +81,10 @@ class Timer:
         samples = [s for s in samples if s is not None]
         result["sm_mhz"] = statistics.median(s[0] for s in samples) if samples else None
         result["watts"] = statistics.median(s[1] for s in samples) if samples else None
+        reasons = 0
+        for s in samples:
+            reasons |= max(s[2], 0)
+        result["clock_reasons"] = hex(reasons) if samples else None
         return result
 
     def time_graph(self, fn):
