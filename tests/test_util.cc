@@ -23,6 +23,8 @@ uint64_t poison_bits(DType dtype) {
       return 0x7fe5u;
     case DType::kFloat64:
       return 0x7ffca5a5a5a5a5a5ull;
+    case DType::kInt32:
+      return 0x7fe5a5a5u;
   }
   return 0;
 }
@@ -37,6 +39,8 @@ uint64_t sentinel_bits(DType dtype) {
       return 0x4b1du;
     case DType::kFloat64:
       return 0x40c3881d1d1d1d1dull;
+    case DType::kInt32:
+      return 0x4b1d1d1du;
   }
   return 0;
 }
@@ -363,6 +367,7 @@ Atol atol_for(DType dtype) {
     case DType::kBFloat16:
       return {std::ldexp(1.0, -8), 1e-5};
     case DType::kFloat64:
+    case DType::kInt32:
       return {1e-12, 1e-12};
   }
   return {0, 0};

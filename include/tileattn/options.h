@@ -22,11 +22,24 @@ struct Options {
   int64_t window_right = -1;   // keys j <= i + (Lk - Lq) + window_right; -1 = unbounded
   float softcap = 0.0f;        // S = softcap * tanh(S / softcap) when > 0
 
+  // Split-KV (decoding: few query tiles against long keys): each query tile's keys are cut into
+  // this many splits, whose partial results are merged exactly (combine()). 0 = chosen from the
+  // problem (more splits only where the tiles would leave the GPU's SMs or the CPU's threads
+  // idle and the keys are long); N >= 1 forces N (at most kMaxSplits). Results agree within
+  // rounding for every count.
+  int num_splits = 0;
+  // CUDA: validate index tensors that live on the device (cu_seqlens, seqused) before running,
+  // at the cost of a synchronization; bad values then raise an Error naming the tensor and
+  // entry instead of running on them. CPU index tensors are always validated.
+  bool check_indices = false;
+
   Kernel kernel = Kernel::kAuto;
   Rescale rescale = Rescale::kConditional;
   int num_threads = 0;             // CPU threads; 0 = OpenMP's default. Results do not depend on it.
   void* cuda_stream = nullptr;     // a cudaStream_t; nullptr = the legacy default stream
 };
+
+inline constexpr int kMaxSplits = 256;
 
 const char* kernel_name(Kernel kernel);  // "auto", "cpu", "sm80", "sm90"
 

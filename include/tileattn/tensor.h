@@ -8,7 +8,7 @@
 
 namespace tileattn {
 
-enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64 };
+enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt32 };
 
 enum class DeviceKind { kCPU, kCUDA };
 
@@ -21,7 +21,7 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
-inline constexpr int kMaxRank = 4;
+inline constexpr int kMaxRank = 5;  // split-KV partial outputs are [splits, B, L, H, D]
 
 // A view of memory someone else owns: pointer, dtype, device, shape and element strides.
 // Strides are in elements (not bytes) and may be anything, so [B, H, L, D] storage is passed
@@ -47,7 +47,7 @@ struct TensorRef {
 };
 
 std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "fp32", "fp16", "bf16", "fp64"
+const char* dtype_name(DType dtype);  // "fp32", "fp16", "bf16", "fp64", "int32"
 std::string device_name(const Device& device);  // "cpu", "cuda:0"
 std::string shape_string(const TensorRef& t);   // "[2, 128, 8, 64]"
 

@@ -6,4 +6,5 @@
 #include "tileattn/error.h"
 #include "tileattn/options.h"
 #include "tileattn/tensor.h"
+#include "tileattn/varlen.h"
 #include "tileattn/version.h"

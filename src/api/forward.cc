@@ -33,14 +33,36 @@ detail::DeviceCaps caps_for(const Device& device) {
 }
 
 // Validation and selection together; returns the params and the kernel, or throws.
-detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                          const TensorRef& out, const TensorRef* lse, const Options& options,
+detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                          const TensorRef* lse, const Seqlens* seqlens, const Options& options,
                           detail::AttnParams* params) {
-  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, params))
+  if (auto error = detail::make_params(q, k, v, out, lse, seqlens, options, detail::Entry::kForward, params))
     throw *error;
   auto sel = detail::select_kernel(*params, caps_for(q.device), options.kernel);
   if (!sel.ok()) throw Error(sel.argument, sel.reason);
   return sel;
+}
+
+void run(const detail::AttnParams& params, Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kCpuTiled: detail::cpu::forward(params); break;
+#if defined(TILEATTN_WITH_CUDA)
+    case Kernel::kCudaSm80:
+    case Kernel::kCudaSm90: detail::cuda::forward(params, kernel); break;
+#endif
+    default: throw RuntimeError(std::string("kernel ") + kernel_name(kernel) + " is not in this build");
+  }
+}
+
+Support support_of(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                   const TensorRef* lse, const Seqlens* seqlens, const Options& options) {
+  detail::AttnParams params;
+  try {
+    const auto sel = prepare(q, k, v, out, lse, seqlens, options, &params);
+    return Support{true, sel.kernel, {}};
+  } catch (const Error& e) {
+    return Support{false, Kernel::kAuto, e.what()};
+  }
 }
 
 }  // namespace
@@ -48,26 +70,23 @@ detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRe
 void forward(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
              const TensorRef* lse, const Options& options) {
   detail::AttnParams params;
-  const auto sel = prepare(q, k, v, out, lse, options, &params);
-  switch (sel.kernel) {
-    case Kernel::kCpuTiled: detail::cpu::forward(params); break;
-#if defined(TILEATTN_WITH_CUDA)
-    case Kernel::kCudaSm80:
-    case Kernel::kCudaSm90: detail::cuda::forward(params, sel.kernel); break;
-#endif
-    default: throw RuntimeError(std::string("kernel ") + kernel_name(sel.kernel) + " is not in this build");
-  }
+  run(params, prepare(q, k, v, out, lse, nullptr, options, &params).kernel);
+}
+
+void forward_varlen(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                    const TensorRef* lse, const Seqlens& seqlens, const Options& options) {
+  detail::AttnParams params;
+  run(params, prepare(q, k, v, out, lse, &seqlens, options, &params).kernel);
 }
 
 Support supported(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                   const TensorRef* lse, const Options& options) {
-  detail::AttnParams params;
-  try {
-    const auto sel = prepare(q, k, v, out, lse, options, &params);
-    return Support{true, sel.kernel, {}};
-  } catch (const Error& e) {
-    return Support{false, Kernel::kAuto, e.what()};
-  }
+  return support_of(q, k, v, out, lse, nullptr, options);
+}
+
+Support supported_varlen(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                         const TensorRef* lse, const Seqlens& seqlens, const Options& options) {
+  return support_of(q, k, v, out, lse, &seqlens, options);
 }
 
 void reference(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
@@ -75,10 +94,18 @@ void reference(const TensorRef& q, const TensorRef& k, const TensorRef& v, const
   reference_rows(q, k, v, out, lse, options, 0, q.rank == 4 ? q.shape[1] : 0);
 }
 
+void reference_varlen(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                      const TensorRef* lse, const Seqlens& seqlens, const Options& options) {
+  detail::AttnParams params;
+  if (auto error = detail::make_params(q, k, v, out, lse, &seqlens, options, detail::Entry::kReference, &params))
+    throw *error;
+  detail::reference::oracle(params, 0, params.seqlen_q);
+}
+
 void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                     const TensorRef* lse, const Options& options, int64_t row_begin, int64_t row_end) {
   detail::AttnParams params;
-  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kReference, &params))
+  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kReference, &params))
     throw *error;
   if (row_begin < 0 || row_begin > row_end)
     throw Error("row_begin", std::to_string(row_begin) + " with row_end " + std::to_string(row_end) +
@@ -89,7 +116,7 @@ void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v, 
 void eager(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
            const TensorRef* lse, const Options& options, EagerStats* stats) {
   detail::AttnParams params;
-  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kEager, &params))
+  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kEager, &params))
     throw *error;
   int64_t bytes = 0;
   if (q.device.kind == DeviceKind::kCPU) {

@@ -11,7 +11,8 @@ namespace tileattn {
 
 TensorRef TensorRef::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                                 Device device) {
-  if (shape.size() > kMaxRank) throw Error("shape", "rank " + std::to_string(shape.size()) + " > 4");
+  if (shape.size() > kMaxRank)
+    throw Error("shape", "rank " + std::to_string(shape.size()) + " > " + std::to_string(kMaxRank));
   TensorRef t;
   t.data = data;
   t.dtype = dtype;
@@ -72,6 +73,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kFloat16: return 2;
     case DType::kBFloat16: return 2;
     case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
   }
   return 0;
 }
@@ -82,6 +84,7 @@ const char* dtype_name(DType dtype) {
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
     case DType::kFloat64: return "fp64";
+    case DType::kInt32: return "int32";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 namespace tileattn::detail {
 namespace {
@@ -100,40 +101,60 @@ std::optional<Error> check_dim(const char* name, const TensorRef& t, int dim, co
 }  // namespace
 
 std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                                 const TensorRef& out, const TensorRef* lse,
+                                 const TensorRef& out, const TensorRef* lse, const Seqlens* seqlens,
                                  const Options& options, Entry entry, AttnParams* p) {
-  constexpr const char* kLayoutQ = "[batch, seqlen, heads, head_dim]";
-  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}})
-    if (auto e = check_rank(name, *t, 4, kLayoutQ)) return e;
+  // Packed (varlen) q / k drop the batch dim: [total, heads, head_dim].
+  const bool vq = seqlens && seqlens->cu_seqlens_q, vk = seqlens && seqlens->cu_seqlens_k;
+  const char* layout_q = vq ? "[total_q, heads, head_dim]" : "[batch, seqlen, heads, head_dim]";
+  const char* layout_k = vk ? "[total_k, heads, head_dim]" : "[batch, seqlen, heads, head_dim]";
+  const int rq = vq ? 3 : 4, rk = vk ? 3 : 4;
+  for (auto [name, t, rank, layout] :
+       {std::tuple<const char*, const TensorRef*, int, const char*>{"q", &q, rq, layout_q}, {"k", &k, rk, layout_k},
+        {"v", &v, rk, layout_k}, {"out", &out, rq, layout_q}})
+    if (auto e = check_rank(name, *t, rank, layout)) return e;
   if (lse)
-    if (auto e = check_rank("lse", *lse, 3, "[batch, heads, seqlen_q]")) return e;
+    if (auto e = check_rank("lse", *lse, rq - 1, vq ? "[heads, total_q]" : "[batch, heads, seqlen_q]")) return e;
 
-  // Shapes.
-  const int64_t B = q.shape[0], Lq = q.shape[1], Hq = q.shape[2], D = q.shape[3];
-  const int64_t Lk = k.shape[1], Hkv = k.shape[2];
-  if (D < 1) return Error("q", "head_dim (dim 3) is " + str(D) + ", expected >= 1");
-  if (Hq < 1) return Error("q", "heads (dim 2) is " + str(Hq) + ", expected >= 1");
-  if (Hkv < 1) return Error("k", "heads (dim 2) is " + str(Hkv) + ", expected >= 1");
-  if (auto e = check_dim("k", k, 0, "batch", B, "q")) return e;
-  if (auto e = check_dim("k", k, 3, "head_dim", D, "q")) return e;
-  for (int d = 0; d < 4; ++d)
-    if (auto e = check_dim("v", v, d, d == 0 ? "batch" : d == 1 ? "seqlen" : d == 2 ? "heads" : "head_dim",
-                           k.shape[d], "k"))
-      return e;
-  for (int d = 0; d < 4; ++d)
-    if (auto e = check_dim("out", out, d, d == 0 ? "batch" : d == 1 ? "seqlen" : d == 2 ? "heads" : "head_dim",
-                           q.shape[d], "q"))
-      return e;
+  // Shapes. Dims counted from the end are the same in both layouts.
+  const int64_t D = q.shape[rq - 1], Hq = q.shape[rq - 2], Hkv = k.shape[rk - 2];
+  if (D < 1) return Error("q", "head_dim (dim " + str(rq - 1) + ") is " + str(D) + ", expected >= 1");
+  if (Hq < 1) return Error("q", "heads (dim " + str(rq - 2) + ") is " + str(Hq) + ", expected >= 1");
+  if (Hkv < 1) return Error("k", "heads (dim " + str(rk - 2) + ") is " + str(Hkv) + ", expected >= 1");
+  const char* names4[] = {"batch", "seqlen", "heads", "head_dim"};
+  const char* names3[] = {"total", "heads", "head_dim"};
+  auto dim_name = [&](int rank, int d) { return rank == 4 ? names4[d] : names3[d]; };
+  if (auto e = check_dim("k", k, rk - 1, "head_dim", D, "q")) return e;
+  // The index tensors and the batch they describe.
+  SeqlensView index;
+  int64_t B = vq ? -1 : q.shape[0];
+  if (seqlens) {
+    if (auto e = check_seqlens(*seqlens, q, k, &B, &index)) return e;
+  } else {
+    if (auto e = check_dim("k", k, 0, "batch", B, "q")) return e;
+    index.seqs.max_q = q.shape[1];
+    index.seqs.max_k = k.shape[1];
+  }
+  for (int d = 0; d < rk; ++d)
+    if (auto e = check_dim("v", v, d, dim_name(rk, d), k.shape[d], "k")) return e;
+  for (int d = 0; d < rq; ++d)
+    if (auto e = check_dim("out", out, d, dim_name(rq, d), q.shape[d], "q")) return e;
   if (Hq % Hkv != 0)
-    return Error("k", "heads (dim 2) is " + str(Hkv) + ", which does not divide the query heads " +
+    return Error("k", "heads (dim " + str(rk - 2) + ") is " + str(Hkv) + ", which does not divide the query heads " +
                           str(Hq) + " (GQA needs Hq % Hkv == 0)");
+
   if (lse) {
-    if (auto e = check_dim("lse", *lse, 0, "batch", B, "q")) return e;
-    if (auto e = check_dim("lse", *lse, 1, "heads", Hq, "q")) return e;
-    if (auto e = check_dim("lse", *lse, 2, "seqlen_q", Lq, "q")) return e;
+    if (vq) {
+      if (auto e = check_dim("lse", *lse, 0, "heads", Hq, "q")) return e;
+      if (auto e = check_dim("lse", *lse, 1, "total_q", q.shape[0], "q")) return e;
+    } else {
+      if (auto e = check_dim("lse", *lse, 0, "batch", B, "q")) return e;
+      if (auto e = check_dim("lse", *lse, 1, "heads", Hq, "q")) return e;
+      if (auto e = check_dim("lse", *lse, 2, "seqlen_q", q.shape[1], "q")) return e;
+    }
   }
 
   // Dtypes.
+  if (q.dtype == DType::kInt32) return Error("q", "dtype int32 is not supported; expected fp32, fp16 or bf16");
   if (k.dtype != q.dtype) return Error("k", std::string("dtype ") + dtype_name(k.dtype) + " differs from q's " + dtype_name(q.dtype));
   if (v.dtype != q.dtype) return Error("v", std::string("dtype ") + dtype_name(v.dtype) + " differs from q's " + dtype_name(q.dtype));
   if (entry != Entry::kReference) {
@@ -143,6 +164,8 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
       return Error("out", std::string("dtype ") + dtype_name(out.dtype) + " differs from q's " + dtype_name(q.dtype));
     if (lse && lse->dtype != DType::kFloat32)
       return Error("lse", std::string("dtype ") + dtype_name(lse->dtype) + ", expected fp32");
+  } else if (out.dtype == DType::kInt32 || (lse && lse->dtype == DType::kInt32)) {
+    return Error(out.dtype == DType::kInt32 ? "out" : "lse", "dtype int32 is not a floating-point dtype");
   }
 
   // Devices.
@@ -153,13 +176,18 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
     return Error("q", "device index " + str(q.device.index) + " is negative");
   if (entry == Entry::kReference && q.device.kind != DeviceKind::kCPU)
     return Error("q", "is on " + device_name(q.device) + "; reference() runs on CPU tensors only");
+  for (const auto& [name, t] : index.tensors)
+    if (t->device != q.device)
+      return Error(name, "is on " + device_name(t->device) + " but q is on " + device_name(q.device));
 
-  // Outputs must not overlap themselves or the inputs.
+  // Outputs must not overlap themselves, the inputs, or the index tensors.
   if (self_overlapping(out)) return Error("out", "strides overlap (a written element would alias another)");
   if (lse && self_overlapping(*lse)) return Error("lse", "strides overlap (a written element would alias another)");
-  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"q", &q}, {"k", &k}, {"v", &v}}) {
-    if (overlaps(out, *t)) return Error("out", std::string("overlaps ") + name + " in memory");
-    if (lse && overlaps(*lse, *t)) return Error("lse", std::string("overlaps ") + name + " in memory");
+  std::vector<std::pair<std::string, const TensorRef*>> inputs = {{"q", &q}, {"k", &k}, {"v", &v}};
+  inputs.insert(inputs.end(), index.tensors.begin(), index.tensors.end());
+  for (const auto& [name, t] : inputs) {
+    if (overlaps(out, *t)) return Error("out", "overlaps " + name + " in memory");
+    if (lse && overlaps(*lse, *t)) return Error("lse", "overlaps " + name + " in memory");
   }
   if (lse && overlaps(*lse, out)) return Error("lse", "overlaps out in memory");
 
@@ -178,6 +206,13 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   if (options.num_threads < 0 || options.num_threads > kMaxThreads)
     return Error("options.num_threads",
                  str(options.num_threads) + ", expected 0 (the default) to " + str(kMaxThreads));
+  if (options.num_splits < 0 || options.num_splits > kMaxSplits)
+    return Error("options.num_splits",
+                 str(options.num_splits) + ", expected 0 (chosen per problem) to " + str(kMaxSplits));
+
+  // The index tensors' values, where the host can read them (CUDA: checked mode, on the device).
+  if (q.device.kind == DeviceKind::kCPU && seqlens)
+    if (auto e = check_seqlens_values(index, q, k)) return e;
 
   AttnParams& P = *p;
   P = AttnParams{};
@@ -191,26 +226,37 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   P.lse_dtype = lse ? lse->dtype : DType::kFloat32;
   P.device_index = q.device.index;
   P.batch = B;
-  P.seqlen_q = Lq;
-  P.seqlen_k = Lk;
   P.heads_q = Hq;
   P.heads_kv = Hkv;
   P.head_dim = D;
-  auto s4 = [](const TensorRef& t) { return Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}; };
+  // A packed tensor is a dense one with batch stride 0, its rows offset per sequence.
+  auto s4 = [](const TensorRef& t) {
+    return t.rank == 4 ? Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
+                       : Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
+  };
   P.q_stride = s4(q);
   P.k_stride = s4(k);
   P.v_stride = s4(v);
   P.out_stride = s4(out);
-  if (lse) P.lse_stride = Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
+  if (lse)
+    P.lse_stride = vq ? Strides3{0, lse->stride[0], lse->stride[1]} : Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
+  P.seqs = index.seqs;
+  P.seqlen_q = P.seqs.max_q;
+  P.seqlen_k = P.seqs.max_k;
+  P.total_q = vq ? q.shape[0] : 0;
+  P.total_k = vk ? k.shape[0] : 0;
   P.scale = options.scale ? *options.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   P.softcap = options.softcap;
   // A window reaching past every key is no window; normalizing it here also keeps the mask
   // arithmetic (i + (Lk - Lq) +- window) far from int64 overflow.
+  const int64_t Lq = P.seqlen_q, Lk = P.seqlen_k;
   auto unbounded_past = [&](int64_t w) { return w > Lq + Lk ? -1 : w; };
   P.window_left = unbounded_past(options.window_left);
   P.window_right = options.causal ? 0 : unbounded_past(options.window_right);
   P.rescale = options.rescale;
   P.num_threads = options.num_threads;
+  P.num_splits = options.num_splits;
+  P.check_indices = options.check_indices;
   P.cuda_stream = options.cuda_stream;
   return std::nullopt;
 }

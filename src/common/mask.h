@@ -21,10 +21,12 @@ struct Band {
 
 // Each policy gives, for query row i, the visible keys [lo(i), hi(i)) clamped to [0, Lk).
 // lo and hi are non-decreasing in i, which is what the block helpers below rely on.
-// All alignment is bottom-right: row i sits at key position i + (Lk - Lq).
+// All alignment is bottom-right: row i sits at key position i + (Lk - Lq). Mask::make builds a
+// policy for one sequence's lengths (varlen batches: per sequence, on the device).
 struct NoMask {
   int64_t seqlen_k;
   static constexpr bool kMasks = false;
+  static TILEATTN_HD NoMask make(int64_t, int64_t len_k, int64_t, int64_t) { return NoMask{len_k}; }
   TILEATTN_HD int64_t lo(int64_t) const { return 0; }
   TILEATTN_HD int64_t hi(int64_t) const { return seqlen_k; }
   TILEATTN_HD Band band() const { return {-kUnbounded, kUnbounded}; }
@@ -33,6 +35,9 @@ struct NoMask {
 struct CausalMask {
   int64_t seqlen_k, offset;  // offset = Lk - Lq
   static constexpr bool kMasks = true;
+  static TILEATTN_HD CausalMask make(int64_t len_q, int64_t len_k, int64_t, int64_t) {
+    return CausalMask{len_k, len_k - len_q};
+  }
   TILEATTN_HD int64_t lo(int64_t) const { return 0; }
   TILEATTN_HD int64_t hi(int64_t i) const { return imax(0, imin(seqlen_k, i + offset + 1)); }
   TILEATTN_HD Band band() const { return {-kUnbounded, offset + 1}; }
@@ -41,6 +46,9 @@ struct CausalMask {
 struct WindowMask {
   int64_t seqlen_k, offset, left, right;  // left/right: -1 = unbounded
   static constexpr bool kMasks = true;
+  static TILEATTN_HD WindowMask make(int64_t len_q, int64_t len_k, int64_t left, int64_t right) {
+    return WindowMask{len_k, len_k - len_q, left, right};
+  }
   TILEATTN_HD int64_t lo(int64_t i) const {
     return left < 0 ? 0 : imin(seqlen_k, imax(0, i + offset - left));
   }

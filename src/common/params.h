@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/mask.h"
+#include "common/seqlens.h"
 #include "tileattn/options.h"
 #include "tileattn/tensor.h"
 
@@ -30,9 +31,15 @@ struct AttnParams {
   DType lse_dtype = DType::kFloat32;  // fp32 for forward()
   int device_index = 0;
 
+  // seqlen_q / seqlen_k: the tensors' lengths, or for packed variable-length batches the longest
+  // sequence's (seqs.max_q / max_k). A varlen q ([total_q, Hq, D]) has q_stride.b = 0 and its
+  // rows start at seqs.cu_q[b]; its LSE [Hq, total_q] has lse_stride.b = 0 alike.
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
   Strides4 q_stride, k_stride, v_stride, out_stride;
   Strides3 lse_stride;
+  Seqs seqs;
+  bool check_indices = false;  // Options::check_indices
+  int num_splits = 0;          // Options::num_splits (0: the kernel's heuristic decides)
 
   float scale = 0.0f;    // resolved (never 0 unless the caller asked for 0)
   float softcap = 0.0f;  // 0 = off
@@ -44,6 +51,11 @@ struct AttnParams {
   void* cuda_stream = nullptr;
 
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+  // Split-KV partial states are [S, part_batch, part_len, Hq, D] (LSE [S, part_batch, Hq,
+  // part_len]): [S, B, Lq, ...] for a dense q, [S, 1, total_q, ...] for a varlen one.
+  int64_t part_batch() const { return seqs.varlen_q() ? 1 : batch; }
+  int64_t total_q = 0, total_k = 0;  // rows of a varlen q, k (0 for dense ones)
+  int64_t part_len() const { return seqs.varlen_q() ? total_q : seqlen_q; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   // The window as a mask policy, bottom-right aligned (causal is window_right = 0).
   WindowMask window_mask() const { return WindowMask{seqlen_k, seqlen_k - seqlen_q, window_left, window_right}; }

@@ -15,7 +15,10 @@
 
 #include "common/mask.h"
 #include "common/online_softmax.h"
+#include "common/partial.h"
+#include "cpu/combine.h"
 #include "cpu/tile_config.h"
+#include "dispatch/splits.h"
 #include "simd/simd.h"
 
 namespace tileattn::detail::cpu {
@@ -41,9 +44,19 @@ struct Workspace {
 };
 
 
+// Where a tile's results go: the output (and LSE) of the problem, or with split-KV the fp32
+// partial state of one split (common/combine.h's layout).
+struct Sink {
+  float* o_part = nullptr;  // null: p.out and p.lse
+  float* lse_part = nullptr;
+  int64_t o_sb = 0, o_sl = 0, o_sh = 0, l_sb = 0, l_sh = 0;  // strides of one split's slice
+};
+
+// Rows [q0, q1) of sequence `seq` (batch b), head h, against this split's key blocks.
 template <class Mask>
 void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, const TileConfig& tile,
-              int64_t b, int64_t h, int64_t q0, int64_t q1, Workspace& ws) {
+              int64_t b, int64_t h, int64_t q0, int64_t q1, const SeqInfo& seq, int split, int splits,
+              const Sink& sink, Workspace& ws) {
   const int64_t rows = q1 - q0, hk = h / p.group_size();
   // Columns of Q^T and S^T: this tile's rows rounded up to whole vectors (a short last tile
   // or a single decode row does not pay for a full Br).
@@ -56,35 +69,42 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
 
   std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t off = b * p.q_stride.b + (q0 + r) * p.q_stride.l + h * p.q_stride.h;
+    const int64_t off = b * p.q_stride.b + (seq.q_start + q0 + r) * p.q_stride.l + h * p.q_stride.h;
     simd.load(element_ptr(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
     for (int64_t d = 0; d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
   std::fill(ws.o.begin(), ws.o.begin() + rows * Dp, 0.0f);
 
-  int64_t k_begin, k_end;
-  tile_key_range(mask, q0, q1, &k_begin, &k_end);
   // Key blocks sit on a fixed grid of Bc, whatever the query tile: a row then sums its keys in
   // the same groups for any tile height (which follows the thread count), so results do not
-  // depend on the number of threads.
-  k_begin = k_begin / tile.block_k * tile.block_k;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += tile.block_k) {
+  // depend on the number of threads. Splits cut the sequence's blocks (not the tile's) for the
+  // same reason.
+  int64_t n_begin, n_end, k_end, s_begin, s_end;
+  key_block_range(mask, q0, q1, tile.block_k, &n_begin, &n_end);
+  split_blocks(0, (seq.len_k + tile.block_k - 1) / tile.block_k, splits, split, &s_begin, &s_end);
+  n_begin = std::max(n_begin, s_begin);
+  n_end = std::min(n_end, s_end);
+  {
+    int64_t unused;
+    tile_key_range(mask, q0, q1, &unused, &k_end);
+  }
+  for (int64_t k0 = n_begin * tile.block_k; k0 < std::min(n_end * tile.block_k, k_end); k0 += tile.block_k) {
     const int64_t kn = std::min(tile.block_k, k_end - k0);
     // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
     // only broadcast from, so its row stride does not matter), else converted into ws.k.
     const float* k_rows = ws.k.data();
     int64_t k_ld = D;
     if (k_in_place) {
-      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + k0 * p.k_stride.l + hk * p.k_stride.h;
+      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + (seq.k_start + k0) * p.k_stride.l + hk * p.k_stride.h;
       k_ld = p.k_stride.l;
     }
     for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
       if (!k_in_place) {
-        const int64_t koff = b * p.k_stride.b + (k0 + j) * p.k_stride.l + hk * p.k_stride.h;
+        const int64_t koff = b * p.k_stride.b + (seq.k_start + k0 + j) * p.k_stride.l + hk * p.k_stride.h;
         simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
       }
-      const int64_t voff = b * p.v_stride.b + (k0 + j) * p.v_stride.l + hk * p.v_stride.h;
+      const int64_t voff = b * p.v_stride.b + (seq.k_start + k0 + j) * p.v_stride.l + hk * p.v_stride.h;
       simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
@@ -130,39 +150,73 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
 
   for (int64_t r = 0; r < rows; ++r) {
     const SoftmaxRow& state = ws.state[r];
-    const int64_t off = b * p.out_stride.b + (q0 + r) * p.out_stride.l + h * p.out_stride.h;
+    const int64_t row = seq.q_start + q0 + r;
     float* o_row = ws.o.data() + r * Dp;
     if (state.l == 0.0f) std::fill_n(o_row, D, 0.0f);  // saw no key: exactly 0, whatever V holds
+    if (sink.o_part) {  // this split's partial state: O / l in fp32 and the LSE
+      const int64_t pb = p.seqs.varlen_q() ? 0 : b;
+      simd.store(o_row, state.inv_l(), sink.o_part + pb * sink.o_sb + row * sink.o_sl + h * sink.o_sh,
+                 DType::kFloat32, 1, D);
+      sink.lse_part[pb * sink.l_sb + h * sink.l_sh + row] = state.lse();
+      continue;
+    }
+    const int64_t off = b * p.out_stride.b + row * p.out_stride.l + h * p.out_stride.h;
     simd.store(o_row, state.inv_l(), const_cast<char*>(element_ptr(p.out, p.out_dtype, off)), p.out_dtype,
                p.out_stride.d, D);
     if (p.lse) {
-      const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + (q0 + r) * p.lse_stride.l;
+      const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + row * p.lse_stride.l;
       static_cast<float*>(p.lse)[loff] = state.lse();
     }
   }
 }
 
 template <class Mask>
-void run(const AttnParams& p, const Mask& mask) {
+void run(const AttnParams& p) {
   const SimdKernels& simd = detail::simd();
   const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
   const TileConfig tile = tile_config(p.head_dim, p.seqlen_q, p.batch * p.heads_q, threads);
   const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Brp = round_up(tile.block_q, simd.width);
   const int64_t q_tiles = (p.seqlen_q + tile.block_q - 1) / tile.block_q;
-  const int64_t items = p.batch * p.heads_q * q_tiles;
+  const int64_t tiles = p.batch * p.heads_q * q_tiles;
+  // The split count must not follow the thread count (block_q does): items of 64 rows decide.
+  const int64_t items64 = p.batch * p.heads_q * ((p.seqlen_q + 63) / 64);
+  const int splits = p.num_splits > 0 ? p.num_splits
+                                      : cpu_num_splits(items64, (p.seqlen_k + tile.block_k - 1) / tile.block_k, kMaxSplits);
+
+  // Split-KV: each split's fp32 partial state, [S, B', L', Hq, D] and [S, B', Hq, L'], then the
+  // merge (O(rows x S x D) scratch, never O(Lq x Lk)).
+  std::vector<float> o_part, lse_part;
+  Sink sink;
+  const int64_t PB = p.part_batch(), PL = p.part_len(), Hq = p.heads_q;
+  if (splits > 1) {
+    o_part.resize(static_cast<size_t>(splits * PB * PL * Hq * D));
+    lse_part.resize(static_cast<size_t>(splits * PB * Hq * PL));
+    sink = Sink{nullptr, nullptr, PL * Hq * D, Hq * D, D, Hq * PL, PL};  // partial.h's layout, one split
+  }
 
 #pragma omp parallel num_threads(threads)
   {
     Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);
     // Later query tiles see more keys under a causal mask: hand them out first.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t qt = q_tiles - 1 - item % q_tiles;
-      const int64_t bh = item / q_tiles;
-      const int64_t q0 = qt * tile.block_q, q1 = std::min(p.seqlen_q, q0 + tile.block_q);
-      run_tile(p, mask, simd, tile, bh / p.heads_q, bh % p.heads_q, q0, q1, ws);
+    for (int64_t item = 0; item < tiles * splits; ++item) {
+      const int split = static_cast<int>(item % splits);
+      const int64_t tile_index = item / splits;
+      const int64_t qt = q_tiles - 1 - tile_index % q_tiles;
+      const int64_t bh = tile_index / q_tiles, b = bh / p.heads_q;
+      const SeqInfo seq = seq_info(p.seqs, b);
+      const int64_t q0 = qt * tile.block_q, q1 = std::min(seq.len_q, q0 + tile.block_q);
+      if (q0 >= q1) continue;  // past this sequence's rows
+      const Mask mask = Mask::make(seq.len_q, seq.len_k, p.window_left, p.window_right);
+      Sink s = sink;
+      if (splits > 1) {
+        s.o_part = o_part.data() + split * PB * PL * Hq * D;
+        s.lse_part = lse_part.data() + split * PB * Hq * PL;
+      }
+      run_tile(p, mask, simd, tile, b, bh % p.heads_q, q0, q1, seq, split, splits, s, ws);
     }
   }
+  if (splits > 1) cpu::combine(partial_combine(p, o_part.data(), lse_part.data(), splits));
 }
 
 }  // namespace
@@ -170,11 +224,11 @@ void run(const AttnParams& p, const Mask& mask) {
 void forward(const AttnParams& p) {
   if (p.batch == 0 || p.seqlen_q == 0) return;
   if (!p.has_window())
-    run(p, NoMask{p.seqlen_k});
+    run<NoMask>(p);
   else if (p.window_left < 0 && p.window_right == 0)
-    run(p, CausalMask{p.seqlen_k, p.seqlen_k - p.seqlen_q});
+    run<CausalMask>(p);
   else
-    run(p, p.window_mask());
+    run<WindowMask>(p);
 }
 
 }  // namespace tileattn::detail::cpu

@@ -11,30 +11,32 @@
 
 namespace tileattn::detail::reference {
 
-void oracle(const AttnParams& p, int64_t row_begin, int64_t row_end) {
-  row_begin = imax(0, row_begin);
-  row_end = imin(p.seqlen_q, row_end);
-  if (row_begin >= row_end) return;
-  const int64_t D = p.head_dim, Lk = p.seqlen_k;
-  const WindowMask mask{Lk, Lk - p.seqlen_q, p.window_left, p.window_right};
+void oracle(const AttnParams& p, int64_t first_row, int64_t last_row) {
+  const int64_t D = p.head_dim;
   const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
 
   for (int64_t b = 0; b < p.batch; ++b) {
+    // Sequence b on its own (DESIGN.md section 6): its rows, its keys, its mask.
+    const SeqInfo seq = seq_info(p.seqs, b);
+    const int64_t Lk = seq.len_k, row_begin = imax(0, first_row), row_end = imin(seq.len_q, last_row);
+    if (row_begin >= row_end) continue;
+    const WindowMask mask = WindowMask::make(seq.len_q, Lk, p.window_left, p.window_right);
     for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
       // This kv head's keys and values in double, shared by its query heads.
       std::vector<double> k(Lk * D), v(Lk * D);
       for (int64_t j = 0; j < Lk; ++j)
         for (int64_t d = 0; d < D; ++d) {
-          k[j * D + d] = load_as_double(p.k, p.dtype, b * p.k_stride.b + j * p.k_stride.l + hk * p.k_stride.h + d * p.k_stride.d);
-          v[j * D + d] = load_as_double(p.v, p.dtype, b * p.v_stride.b + j * p.v_stride.l + hk * p.v_stride.h + d * p.v_stride.d);
+          const int64_t row = seq.k_start + j;
+          k[j * D + d] = load_as_double(p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h + d * p.k_stride.d);
+          v[j * D + d] = load_as_double(p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h + d * p.v_stride.d);
         }
       const int64_t rows = row_end - row_begin, g = p.group_size();
 #pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
       for (int64_t item = 0; item < g * rows; ++item) {
-        const int64_t h = hk * g + item / rows, i = row_begin + item % rows;
+        const int64_t h = hk * g + item / rows, i = row_begin + item % rows, qi = seq.q_start + i;
         std::vector<double> q(D), s(Lk), o(D, 0.0);
         for (int64_t d = 0; d < D; ++d)
-          q[d] = load_as_double(p.q, p.dtype, b * p.q_stride.b + i * p.q_stride.l + h * p.q_stride.h + d * p.q_stride.d);
+          q[d] = load_as_double(p.q, p.dtype, b * p.q_stride.b + qi * p.q_stride.l + h * p.q_stride.h + d * p.q_stride.d);
         const int64_t lo = mask.lo(i), hi = mask.hi(i);
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = lo; j < hi; ++j) {
@@ -53,10 +55,10 @@ void oracle(const AttnParams& p, int64_t row_begin, int64_t row_end) {
         }
         const bool empty = lo >= hi;
         for (int64_t d = 0; d < D; ++d)
-          store_from_double(p.out, p.out_dtype, b * p.out_stride.b + i * p.out_stride.l + h * p.out_stride.h + d * p.out_stride.d,
+          store_from_double(p.out, p.out_dtype, b * p.out_stride.b + qi * p.out_stride.l + h * p.out_stride.h + d * p.out_stride.d,
                             empty ? 0.0 : o[d] / l);
         if (p.lse)
-          store_from_double(p.lse, p.lse_dtype, b * p.lse_stride.b + h * p.lse_stride.h + i * p.lse_stride.l,
+          store_from_double(p.lse, p.lse_dtype, b * p.lse_stride.b + h * p.lse_stride.h + qi * p.lse_stride.l,
                             empty ? -std::numeric_limits<double>::infinity() : m + std::log(l));
       }
     }
