@@ -44,6 +44,15 @@ detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRe
 }
 
 void run(const detail::AttnParams& params, Kernel kernel) {
+#if defined(TILEATTN_WITH_CUDA)
+  // Checked mode: device index tensors validated before anything runs (CPU ones always are).
+  if (params.check_indices && kernel != Kernel::kCpuTiled) {
+    detail::IndexFaultAt faults[2];
+    detail::cuda::find_index_faults(params, faults);
+    for (int side = 0; side < 2; ++side)
+      if (auto e = detail::index_fault_error(faults[side], side == 0)) throw *e;
+  }
+#endif
   switch (kernel) {
     case Kernel::kCpuTiled: detail::cpu::forward(params); break;
 #if defined(TILEATTN_WITH_CUDA)

@@ -60,6 +60,38 @@ struct WindowMask {
   }
 };
 
+// A sequence's mask in the 32-bit form GPU kernels keep in registers: row i (0 <= i < len_q) sees
+// keys [first(i), end(i)) of [0, len_k), from the policy's band clamped to [-len_q, len_k]
+// (which keeps its meaning there and every sum inside int: lengths < 2^30). kMasks false
+// (NoMask): only the ragged end of the keys limits a row. Agrees with the policies' lo/hi and
+// block helpers (tests/mask_test.cc).
+struct TileBand {
+  int lo, hi, len_k;
+  TILEATTN_HD int first(int i) const { return i + lo > 0 ? i + lo : 0; }
+  TILEATTN_HD int end(int i) const { return i + hi < len_k ? i + hi : len_k; }
+  // The key blocks of block_k the query rows [q0, q1) visit: [*n_begin, *n_end), none when equal.
+  TILEATTN_HD void key_blocks(int q0, int q1, int block_k, int* n_begin, int* n_end) const {
+    const int begin = first(q0), stop = end(q1 - 1);
+    if (begin >= stop || begin >= len_k) {
+      *n_begin = *n_end = 0;
+      return;
+    }
+    *n_begin = begin / block_k;
+    *n_end = (stop + block_k - 1) / block_k;
+  }
+  // Whether keys [k0, k0 + block_k) need per-element masking for rows [q0, q1).
+  TILEATTN_HD bool needs_mask(int q0, int q1, int k0, int block_k, bool masks) const {
+    return k0 + block_k > len_k || (masks && !(k0 >= first(q1 - 1) && k0 + block_k <= end(q0)));
+  }
+};
+
+template <class Mask>
+TILEATTN_HD TileBand tile_band(int64_t len_q, int64_t len_k, int64_t left, int64_t right) {
+  const Band band = Mask::make(len_q, len_k, left, right).band();
+  const int64_t lo = imax(-len_q, imin(len_k, band.lo_diag)), hi = imax(-len_q, imin(len_k, band.hi_diag));
+  return TileBand{static_cast<int>(lo), static_cast<int>(hi), static_cast<int>(len_k)};
+}
+
 // Keys [begin, end) that any row of the query tile [q0, q1) sees; begin >= end means none.
 template <class Mask>
 TILEATTN_HD void tile_key_range(const Mask& mask, int64_t q0, int64_t q1, int64_t* begin,

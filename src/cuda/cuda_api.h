@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/combine.h"
 #include "common/params.h"
+#include "common/seqlens_check.h"
 
 namespace tileattn::detail::cuda {
 
@@ -26,6 +28,10 @@ bool sm90_built();              // whether the sm90a kernels are compiled in
 int* stream_counter(int device, void* stream);
 
 void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors
+void combine(const CombineParams& c);              // split-KV partial states merged (combine.cu)
+// Options::check_indices: p's device index tensors checked on the device by the host's checks
+// (one sync); faults[0] for the q side, faults[1] for the k side.
+void find_index_faults(const AttnParams& p, IndexFaultAt faults[2]);
 int64_t eager(const AttnParams& p);               // S and P in device memory; returns their bytes
 
 }  // namespace tileattn::detail::cuda

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "cuda/sm80/tile_config.h"
-#include "cuda/sm90/sm90.h"
 #include "dispatch/limits.h"
 #include "dispatch/select.h"
 
@@ -12,12 +11,28 @@ namespace {
 
 std::string str(int64_t x) { return std::to_string(x); }
 
+// The sm90 kernel, on top of the sm80 kernel's checks: head dims 64, 128 and 256 only (the
+// compiled configs), nonempty sequences and nonzero strides (TMA maps; a packed varlen tensor's
+// batch stride is not used).
+std::string sm90_rejects(const AttnParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
+  if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";
+  const bool packed[4] = {p.seqs.cu_q != nullptr, p.seqs.cu_k != nullptr, p.seqs.cu_k != nullptr,
+                          p.seqs.cu_q != nullptr};
+  const Strides4* strides[4] = {&p.q_stride, &p.k_stride, &p.v_stride, &p.out_stride};
+  for (int i = 0; i < 4; ++i)
+    if ((!packed[i] && strides[i]->b <= 0) || strides[i]->l <= 0 || strides[i]->h <= 0)
+      return "a zero stride has no TMA map";
+  return {};
+}
+
 }  // namespace
 
 Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
   if (kernel == Kernel::kCudaSm90) {  // what sm80 takes, narrowed
     if (Rejection r = cuda_kernel_rejects(p, Kernel::kCudaSm80); !r.ok()) return r;
-    return {"q", sm90::rejects(p)};
+    return {"q", sm90_rejects(p)};
   }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return {"q", std::string("dtype ") + dtype_name(p.dtype) + " is not supported on CUDA; expected fp16 or bf16"};

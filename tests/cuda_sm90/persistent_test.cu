@@ -28,7 +28,7 @@ struct Experimental {
 void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                       const TensorRef* lse, const Options& options) {
   AttnParams p;
-  if (auto error = detail::make_params(q, k, v, out, lse, options, detail::Entry::kForward, &p)) throw *error;
+  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kForward, &p)) throw *error;
   if (p.head_dim == 64)
     detail::sm90::launch_for<Experimental<64>>(p);
   else if (p.head_dim == 128)

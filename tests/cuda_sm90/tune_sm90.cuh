@@ -50,6 +50,8 @@ void time_one(const Buffers& buf, bool causal) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(D));
   p.window_left = -1;
   p.window_right = causal ? 0 : -1;
+  p.seqs.max_q = Lq, p.seqs.max_k = Lk;
+  p.num_splits = 1;  // the variants compare one split each
   auto run = [&] { detail::sm90::launch_for<C>(p); };
   // The library's kernel on the same problem, for the comparison.
   auto ref = [&](void* ptr, int64_t L, int64_t H) {

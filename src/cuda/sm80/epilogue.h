@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/online_softmax.h"
 #include "cuda/sm80/ptx.h"
 #include "cuda/sm80/smem_tile.h"
 
@@ -42,6 +43,29 @@ __device__ __forceinline__ void store_o(const float (&o)[kM][kDT][4], const floa
       *reinterpret_cast<uint4*>(out + r * out_row_stride + c * 8) =
           *reinterpret_cast<const uint4*>(s_rows + swizzled<kRowBytes>(r, c));
   }
+}
+
+// Split-KV: a warp's rows as fp32 partial state (O / l, unrounded) and their LSEs, straight from
+// the fragments (two floats a store). rows >= valid_rows and columns past d_chunks are skipped.
+template <int kM, int kDT>
+__device__ __forceinline__ void store_partial(const float (&o)[kM][kDT][4], const float (&inv_l)[kM][2],
+                                              const SoftmaxRow (&state)[kM][2], float* o_part, int64_t row_stride,
+                                              float* lse_part, int valid_rows, int d_chunks, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * i + 8 * h + g;
+      if (r >= valid_rows) continue;
+      const bool empty = inv_l[i][h] == 0.0f;
+#pragma unroll
+      for (int j = 0; j < kDT; ++j)
+        if (j < d_chunks)
+          *reinterpret_cast<float2*>(o_part + r * row_stride + 8 * j + 2 * t) =
+              make_float2(empty ? 0.0f : o[i][j][2 * h] * inv_l[i][h], empty ? 0.0f : o[i][j][2 * h + 1] * inv_l[i][h]);
+      if (t == 0) lse_part[r] = state[i][h].lse();
+    }
 }
 
 }  // namespace tileattn::detail::sm80

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "common/mask.h"
+#include "cuda/common/kernel_params.h"
 #include "cuda/sm80/epilogue.h"
-#include "cuda/sm80/kernel_params.h"
 #include "cuda/sm80/ptx.h"
 #include "cuda/sm80/scores.h"
 #include "cuda/sm80/smem_tile.h"
@@ -16,16 +16,21 @@
 
 namespace tileattn::detail::sm80 {
 
-// Which (batch, head, query tile) a CTA computes. The grid is 1-D (up to 2^31 - 1 CTAs, so any
-// B * H works), query tiles fastest so CTAs that run together share K and V in L2, and in
-// reverse order: under a causal mask the last tiles see the most keys and should start first.
+using cuda::KernelParams;
+
+// Which (batch, head, query tile, split) a CTA computes. The grid is 1-D (up to 2^31 - 1 CTAs,
+// so any B * H works), splits fastest, then query tiles, so CTAs that run together share K and V
+// in L2, and in reverse order: under a causal mask the last tiles see the most keys and should
+// start first.
 struct TileCoord {
   int64_t batch, head, m_block;
+  int split;
 };
 
 __device__ __forceinline__ TileCoord tile_coord(int64_t linear, const KernelParams& p) {
-  const int64_t bh = linear / p.m_blocks;
-  return TileCoord{bh / p.heads_q, bh % p.heads_q, p.m_blocks - 1 - linear % p.m_blocks};
+  const int split = static_cast<int>(linear % p.splits);
+  const int64_t tile = linear / p.splits, bh = tile / p.m_blocks;
+  return TileCoord{bh / p.heads_q, bh % p.heads_q, p.m_blocks - 1 - tile % p.m_blocks, split};
 }
 
 // Shared memory: the Q tile [block_m][row], then `stages` x {K [block_n][row], V [block_n][row]},
@@ -34,7 +39,7 @@ __device__ __forceinline__ TileCoord tile_coord(int64_t linear, const KernelPara
 // kernels with class-type template arguments do not get host stubs).
 template <class Tiles, class T, class Mask>
 __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
-    attention_fwd_sm80(const KernelParams p, const Mask mask) {
+    attention_fwd_sm80(const KernelParams p) {
   constexpr TileConfig kCfg = Tiles::kCfg;
   constexpr int kM = kCfg.m_tiles();    // m16 tiles per warp
   constexpr int kN = kCfg.block_n / 8;  // n8 key tiles per block
@@ -50,31 +55,37 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_row0 = warp * kCfg.warp_rows();
 
-  // Scheduler: this CTA's tile and the key blocks its rows see.
+  // Scheduler: this CTA's tile, its sequence (lengths, mask) and the key blocks its rows see.
   const TileCoord tile = tile_coord(blockIdx.x, p);
+  const SeqInfo seq = seq_info(p.seqs, tile.batch);
   // Sequence positions and block indices fit in int (seqlens <= 2^30, cuda_limits.cc); memory
   // offsets are 64-bit.
+  const TileBand band = tile_band<Mask>(seq.len_q, seq.len_k, p.window_left, p.window_right);
   const int q0 = static_cast<int>(tile.m_block) * kCfg.block_m;
-  const int q_rows = static_cast<int>(imin(kCfg.block_m, p.seqlen_q - q0));
+  if (q0 >= seq.len_q) return;  // past this sequence's rows (varlen batches): nothing to write
+  const int q_rows = min(kCfg.block_m, static_cast<int>(seq.len_q) - q0);
   int n_begin, n_end;
   {
+    int nb, ne;
+    band.key_blocks(q0, q0 + q_rows, kCfg.block_n, &nb, &ne);
     int64_t begin, end;
-    key_block_range(mask, q0, q0 + q_rows, kCfg.block_n, &begin, &end);
+    split_blocks(nb, ne, p.splits, tile.split, &begin, &end);
     n_begin = static_cast<int>(begin), n_end = static_cast<int>(end);
   }
 
   const int64_t head_kv = tile.head / p.group;  // GQA/MQA: K and V are read in place
-  const T* q = static_cast<const T*>(p.q) + tile.batch * p.q_sb + tile.head * p.q_sh + int64_t{q0} * p.q_sl;
-  const T* k = static_cast<const T*>(p.k) + tile.batch * p.k_sb + head_kv * p.k_sh;
-  const T* v = static_cast<const T*>(p.v) + tile.batch * p.v_sb + head_kv * p.v_sh;
+  const int64_t q_row0 = seq.q_start + q0;  // this tile's first row in q, out and the LSE
+  const T* q = static_cast<const T*>(p.q) + tile.batch * p.q_sb + tile.head * p.q_sh + q_row0 * p.q_sl;
+  const T* k = static_cast<const T*>(p.k) + tile.batch * p.k_sb + head_kv * p.k_sh + seq.k_start * p.k_sl;
+  const T* v = static_cast<const T*>(p.v) + tile.batch * p.v_sb + head_kv * p.v_sh + seq.k_start * p.v_sl;
 
   const uint32_t s_q = smem_u32(smem);
   const uint32_t s_kv = s_q + kCfg.q_bytes();
-  // Block n's keys into ring stage `stage`; rows past seqlen_k are zero-filled (V must be finite
-  // there: a masked weight of 0 times garbage could still be NaN).
+  // Block n's keys into ring stage `stage`; rows past the sequence's keys are zero-filled (V must
+  // be finite there: a masked weight of 0 times garbage, or another sequence's NaN, is NaN).
   auto load_kv = [&](int stage, int n) {
     const int k0 = n * kCfg.block_n;
-    const int rows = static_cast<int>(imin(kCfg.block_n, p.seqlen_k - k0));
+    const int rows = min(kCfg.block_n, band.len_k - k0);
     const uint32_t s_k = s_kv + stage * kCfg.stage_bytes();
     load_tile_async<kCfg.block_n, kRB, kThreads>(s_k, k + int64_t{k0} * p.k_sl, p.k_sl, rows, p.d_chunks,
                                                  tid);
@@ -119,8 +130,8 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
     gemm_qk<T, kM, kN, kD, kRB>(s, s_q, q_lane, s_stage, k_lane);
     transform_scores(s, p.transform, p.pre);
     const int k0 = n * kCfg.block_n;
-    if (block_needs_mask(mask, q0, q0 + q_rows, k0, kCfg.block_n))
-      apply_band(s, lane_row0 - k0 + p.band_lo, lane_row0 - k0 + p.band_hi, p.seqlen_k - k0, lane & 3);
+    if (band.needs_mask(q0, q0 + q_rows, k0, kCfg.block_n, Mask::kMasks))
+      apply_band(s, lane_row0 - k0 + band.lo, lane_row0 - k0 + band.hi, band.len_k - k0, lane & 3);
 
     float alpha[kM][2];
     if (softmax.advance(s, p.post, p.conditional, alpha)) scale_rows(o, alpha);
@@ -141,19 +152,26 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
   for (int i = 0; i < kM; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) inv_l[i][h] = softmax.row[i][h].inv_l();
-  const int warp_valid_rows = static_cast<int>(imax(0, imin(kCfg.warp_rows(), q_rows - warp_row0)));
-  T* out =
-      static_cast<T*>(p.out) + tile.batch * p.o_sb + tile.head * p.o_sh + int64_t{q0 + warp_row0} * p.o_sl;
+  const int warp_valid_rows = max(0, min(kCfg.warp_rows(), q_rows - warp_row0));
+  if (p.splits > 1) {  // this split's partial state: fp32 O / l and the LSE of every row
+    const int64_t pb = p.seqs.varlen_q() ? 0 : tile.batch;
+    float* o_part = p.o_part + tile.split * p.op_ss + pb * p.op_sb + tile.head * p.op_sh + (q_row0 + warp_row0) * p.op_sl;
+    float* lse_part = p.lse_part + tile.split * p.lp_ss + pb * p.lp_sb + tile.head * p.lp_sh + q_row0;
+    store_partial<kM, kDT>(o, inv_l, softmax.row, o_part, p.op_sl, lse_part + warp_row0, warp_valid_rows,
+                           p.d_chunks, lane);
+    return;
+  }
+  T* out = static_cast<T*>(p.out) + tile.batch * p.o_sb + tile.head * p.o_sh + (q_row0 + warp_row0) * p.o_sl;
   store_o<T, kM, kDT, kRB>(o, inv_l, smem + warp_row0 * kRB, out, p.o_sl, warp_valid_rows, p.d_chunks, lane);
 
   if (p.lse != nullptr && (lane & 3) == 0) {
-    float* lse = p.lse + tile.batch * p.lse_sb + tile.head * p.lse_sh;
+    float* lse = p.lse + tile.batch * p.lse_sb + tile.head * p.lse_sh + q_row0 * p.lse_sl;
 #pragma unroll
     for (int i = 0; i < kM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = lane_row0 + 16 * i + 8 * h;
-        if (row < p.seqlen_q) lse[int64_t{row} * p.lse_sl] = softmax.row[i][h].lse();
+        const int row = lane_row0 + 16 * i + 8 * h - q0;  // within the tile
+        if (row < q_rows) lse[int64_t{row} * p.lse_sl] = softmax.row[i][h].lse();
       }
   }
 }

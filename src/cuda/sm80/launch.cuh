@@ -1,50 +1,42 @@
 // launch.cuh: host-side launch of the sm80 kernel for one head dim: picks dtype and mask policy
-// (the only template axes besides the head dim), sets shared memory, launches on the stream.
+// (cuda/common/launch.cuh), the split count, sets shared memory, launches on the stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "common/mask.h"
 #include "cuda/check.h"
+#include "cuda/common/launch.cuh"
+#include "cuda/common/split.h"
 #include "cuda/sm80/kernel.cuh"
-#include "cuda/sm80/kernel_params.h"
 #include "cuda/sm80/sm80.h"
 #include "cuda/sm80/tile_config.h"
 
 namespace tileattn::detail::sm80 {
 
 template <class Tiles, class T, class Mask>
-void launch(const AttnParams& p, const Mask& mask) {
+void launch(const AttnParams& p) {
   constexpr TileConfig kCfg = Tiles::kCfg;
-  const KernelParams kp = make_kernel_params(p, kCfg.block_m, mask.band());
-  const int64_t ctas = kp.tiles;  // < 2^31: checked by cuda_kernel_rejects
+  const int64_t tiles = (p.seqlen_q + kCfg.block_m - 1) / kCfg.block_m * p.heads_q * p.batch;
+  const int splits =
+      cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
   auto* kernel = &attention_fwd_sm80<Tiles, T, Mask>;
   // Above 48 KB dynamic shared memory is opt-in, per device, so this is set on every launch.
   TILEATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
-  kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(),
-           static_cast<cudaStream_t>(p.cuda_stream)>>>(kp, mask);
-  TILEATTN_CUDA_CHECK_LAUNCH();
-}
-
-// Two mask policies: NoMask (only the ragged last key block is masked), and WindowMask, which
-// covers causal (right = 0), sliding windows and their mix, all bottom-right aligned.
-template <class Tiles, class T>
-void launch_masked(const AttnParams& p) {
-  if (!p.has_window())
-    launch<Tiles, T>(p, NoMask{p.seqlen_k});
-  else
-    launch<Tiles, T>(p, p.window_mask());
+  cuda::run_split(p, cuda::make_kernel_params(p, kCfg.block_m, 1, splits), [&](const cuda::KernelParams& kp) {
+    kernel<<<dim3(static_cast<unsigned>(kp.tiles)), Tiles::kCfg.threads(), Tiles::kCfg.smem_bytes(),
+             static_cast<cudaStream_t>(p.cuda_stream)>>>(kp);
+    TILEATTN_CUDA_CHECK_LAUNCH();
+  });
 }
 
 template <int kHeadDim>
 void forward_hdim(const AttnParams& p) {
   using Tiles = DefaultTiles<kHeadDim>;
   static_assert(Tiles::kCfg.head_dim == kHeadDim, "tile_config covers every compiled head dim");
-  if (p.dtype == DType::kBFloat16)
-    launch_masked<Tiles, __nv_bfloat16>(p);
-  else
-    launch_masked<Tiles, __half>(p);
+  cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
+    launch<Tiles, decltype(element), typename decltype(mask)::type>(p);
+  });
 }
 
 }  // namespace tileattn::detail::sm80

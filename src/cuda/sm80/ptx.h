@@ -1,5 +1,5 @@
 // ptx.h: thin wrappers of the sm80 instructions the forward kernel uses (cp.async, ldmatrix,
-// mma.sync m16n8k16, packing, ex2/rcp). Fragment layouts are those of the PTX ISA (see the
+// mma.sync m16n8k16; packing, shuffles and ex2/rcp are in cuda/common/math.cuh). Fragment layouts are those of the PTX ISA (see the
 // "Matrix fragments for mma.m16n8k16" section); the kernel's comments refer to them as
 // A (16x16, row-major), B (16x8, column-major) and C (16x8 fp32).
 #pragma once
@@ -9,11 +9,16 @@
 
 #include <cstdint>
 
+#include "cuda/common/math.cuh"
+
 namespace tileattn::detail::sm80 {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using cuda::ex2;
+using cuda::pack2;
+using cuda::quad_max;
+using cuda::quad_sum;
+using cuda::rcp;
+using cuda::smem_u32;
 
 // 16-byte asynchronous copy global -> shared, bypassing L1. When valid is false nothing is read
 // and the 16 bytes are zero-filled (src-size 0), so ragged rows and padded columns become 0.
@@ -64,49 +69,6 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to nearest into one 32-bit register: lo in the low half (the lower column).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));  // first source -> high half
-  return r;
-}
-
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// Max or sum over the 4 lanes of a quad: in the mma.sync and wgmma accumulator layouts they
-// hold the columns of the same rows.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// 2^x on the special-function unit (relative error ~2^-22; -inf -> 0, NaN -> NaN).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// 1/x on the special-function unit (1 ulp; inf -> 0).
-__device__ __forceinline__ float rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace tileattn::detail::sm80

@@ -1,27 +1,16 @@
-// scores.h: what turns a raw S = Q K^T fragment into logits t with weight exp2(t * post - m):
-// the score transform (softcap, a negative scale) and the mask.
+// scores.h: the score transform (softcap, a negative scale; cuda/common/kernel_params.h) and the
+// mask's band applied to mma.sync S fragments.
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/common/kernel_params.h"
 #include "cuda/sm80/ptx.h"
 
 namespace tileattn::detail::sm80 {
 
-// The weight of a raw score s is exp2(t * post - m) with t one of these, so that the row max can
-// be taken over t: post must be > 0 for max(t) * post to be the max of the logits.
-enum class ScoreTransform : int {
-  kNone,     // t = s,                     post = scale * log2(e)   (scale > 0)
-  kNegate,   // t = -s,                    post = -scale * log2(e)  (scale < 0)
-  kSoftcap,  // t = tanh(s * scale / cap), post = cap * log2(e)
-};
-
-// tanh(x) = 1 - 2 / (e^(2x) + 1), with two_x_log2e = 2 x log2(e): two special-function ops and an
-// absolute error of a few fp32 ulps of 1 (tanh.approx would be ~2^-11 relative, too coarse once
-// multiplied by a softcap of 30 or 50). Saturates to +-1 and keeps NaN.
-__device__ __forceinline__ float tanh_via_ex2(float two_x_log2e) {
-  return fmaf(-2.0f, rcp(ex2(two_x_log2e) + 1.0f), 1.0f);
-}
+using cuda::ScoreTransform;
+using cuda::tanh_via_ex2;
 
 // pre is the multiplier that turns s into the exponent of tanh_via_ex2: 2 log2(e) scale / cap.
 template <int kM, int kN>

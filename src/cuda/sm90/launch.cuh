@@ -6,6 +6,8 @@
 
 #include "common/params.h"
 #include "cuda/check.h"
+#include "cuda/common/launch.cuh"
+#include "cuda/common/split.h"
 #include "cuda/cuda_api.h"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -39,71 +41,90 @@ inline CUtensorMap packed_map_of(const void* base, bool bf16, const Strides4& st
   return make_tensor_map_16bit(base, bf16, 5, dims, strides, box, true);
 }
 
-template <class Cfg, class T, class Mask>
-void launch(const AttnParams& p, const Mask& mask) {
+// The [B, L, H, D] view a tensor map covers: a packed varlen tensor ([total, H, D], batch
+// stride 0) is one batch entry of `total` rows, its batch stride any valid one.
+struct MapView {
+  Strides4 strides;
+  int64_t batch, len;
+};
+inline MapView map_view(const Strides4& st, int64_t batch, int64_t len, bool packed, int64_t total) {
+  if (!packed) return MapView{st, batch, len};
+  Strides4 s = st;
+  s.b = st.l * (total > 0 ? total : 1);
+  return MapView{s, 1, total};
+}
+
+template <class Cfg, class T, class Mask, bool kServing>
+void launch(const AttnParams& p, int pack, int splits) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   static_assert(kCfg.smem_bytes() <= 227 * 1024, "the config needs more shared memory than a CTA may have");
   const bool bf16 = p.dtype == DType::kBFloat16;
-  const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
+  const MapView vq = map_view(p.q_stride, p.batch, p.seqlen_q, p.seqs.varlen_q(), p.total_q);
+  const MapView vo = map_view(p.out_stride, p.batch, p.seqlen_q, p.seqs.varlen_q(), p.total_q);
+  const MapView vk = map_view(p.k_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
+  const MapView vv = map_view(p.v_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
   const CUtensorMap tm_q =
-      packed_map_of(p.q, bf16, p.q_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, pack, kCfg.block_m());
-  // Each consumer stores its own 64 rows.
+      packed_map_of(p.q, bf16, vq.strides, vq.batch, vq.len, p.heads_q, kCfg.head_dim, pack, kCfg.block_m());
+  // Each consumer stores its own 64 rows (a packed varlen q stores them without TMA).
   const CUtensorMap tm_o =
-      packed_map_of(p.out, bf16, p.out_stride, p.batch, p.seqlen_q, p.heads_q, kCfg.head_dim, pack, 64);
-  const CUtensorMap tm_k =
-      map_of(p.k, bf16, p.k_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
-  const CUtensorMap tm_v =
-      map_of(p.v, bf16, p.v_stride, p.batch, p.seqlen_k, p.heads_kv, kCfg.head_dim, kCfg.block_n);
-  const sm80::KernelParams kp = sm80::make_kernel_params(p, kCfg.block_m(), mask.band(), pack);
+      packed_map_of(p.out, bf16, vo.strides, vo.batch, vo.len, p.heads_q, kCfg.head_dim, pack, 64);
+  const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kCfg.head_dim, kCfg.block_n);
+  const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
-  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask>;
+  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask, kServing>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
-  int64_t ctas = kp.tiles;
-  // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
-  // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
-  // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
-  // since a graph may be replayed on any stream, next to other launches.
-  int* counter = nullptr;
-  struct GraphCounter {
-    int* ptr = nullptr;
-    cudaStream_t stream;
-    ~GraphCounter() {
-      if (ptr) cudaFreeAsync(ptr, stream);
+  cuda::run_split(p, cuda::make_kernel_params(p, kCfg.block_m(), pack, splits), [&](const cuda::KernelParams& kp) {
+    int64_t ctas = kp.tiles;
+    // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
+    // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
+    // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
+    // since a graph may be replayed on any stream, next to other launches.
+    int* counter = nullptr;
+    struct GraphCounter {
+      int* ptr = nullptr;
+      cudaStream_t stream;
+      ~GraphCounter() {
+        if (ptr) cudaFreeAsync(ptr, stream);
+      }
+    } graph_counter{nullptr, stream};
+    if constexpr (Cfg::kCfg.persistent) {
+      const int64_t sms = cuda::device_info(p.device_index).sm_count;
+      ctas = ctas < sms ? ctas : sms;
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+      } else {
+        TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
+        counter = graph_counter.ptr;
+        TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
+      }
     }
-  } graph_counter{nullptr, stream};
-  if constexpr (kCfg.persistent) {
-    const int64_t sms = cuda::device_info(p.device_index).sm_count;
-    ctas = ctas < sms ? ctas : sms;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone) {
-      counter = cuda::stream_counter(p.device_index, p.cuda_stream);
-    } else {
-      TILEATTN_CUDA_CHECK(
-          cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
-      counter = graph_counter.ptr;
-      TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
-    }
-  }
-  kernel<<<dim3(static_cast<unsigned>(ctas)), kCfg.threads(), kCfg.smem_bytes(), stream>>>(tm_q, tm_k, tm_v, tm_o, kp, mask,
-                                                                                            counter);
-  TILEATTN_CUDA_CHECK_LAUNCH();
+    kernel<<<dim3(static_cast<unsigned>(ctas)), Cfg::kCfg.threads(), Cfg::kCfg.smem_bytes(), stream>>>(
+        tm_q, tm_k, tm_v, tm_o, kp, counter);
+    TILEATTN_CUDA_CHECK_LAUNCH();
+  });
 }
 
-// The mask policy of p (none, or the window causal is a case of) and its dtype, for one config.
+// The dtype and mask policy of p (cuda/common/launch.cuh), the GQA packing and the split count,
+// for one config. Batches whose sequences differ (varlen, seqused) or that split run the serving
+// kernel; the rest the dense one, which keeps no per-sequence state in registers.
 template <class Cfg>
 void launch_for(const AttnParams& p) {
-  const auto masked = [&](auto element) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
+  const int64_t tiles = (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m() * (p.heads_q / pack) * p.batch;
+  const int splits =
+      cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
+  const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k;
+  cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
-    if (!p.has_window())
-      launch<Cfg, T>(p, NoMask{p.seqlen_k});
+    using Mask = typename decltype(mask)::type;
+    if (serving)
+      launch<Cfg, T, Mask, true>(p, pack, splits);
     else
-      launch<Cfg, T>(p, p.window_mask());
-  };
-  if (p.dtype == DType::kBFloat16)
-    masked(__nv_bfloat16{});
-  else
-    masked(__half{});
+      launch<Cfg, T, Mask, false>(p, pack, splits);
+  });
 }
 
 }  // namespace tileattn::detail::sm90

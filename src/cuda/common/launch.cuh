@@ -1,0 +1,37 @@
+// launch.cuh: the two template axes every CUDA forward kernel has besides its tiles: the element
+// type (bf16, fp16) and the mask policy (NoMask, or WindowMask, which covers causal, sliding
+// windows and their mix, all bottom-right aligned per sequence).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "common/mask.h"
+#include "common/params.h"
+
+namespace tileattn::detail::cuda {
+
+// f(T{}, std::type_identity<Mask>{}) for p's dtype and mask.
+template <class F>
+void for_dtype_and_mask(const AttnParams& p, F&& f) {
+  const auto with_mask = [&](auto element) {
+    if (!p.has_window())
+      f(element, std::type_identity<NoMask>{});
+    else
+      f(element, std::type_identity<WindowMask>{});
+  };
+  if (p.dtype == DType::kBFloat16)
+    with_mask(__nv_bfloat16{});
+  else
+    with_mask(__half{});
+}
+
+// Split counts are capped so that the grid's tiles stay below 2^31.
+inline int cap_splits(int splits, int64_t tiles) {
+  const int64_t most = tiles > 0 ? ((int64_t{1} << 31) - 1) / tiles : splits;
+  return static_cast<int>(splits < most ? splits : (most > 0 ? most : 1));
+}
+
+}  // namespace tileattn::detail::cuda

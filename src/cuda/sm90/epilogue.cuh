@@ -1,0 +1,128 @@
+// epilogue.cuh: a consumer warpgroup's 64 finished rows written once: O / l through shared
+// memory (a TMA store for dense batches, 16-byte stores for packed varlen ones, whose boxes
+// would run into the next sequence), or with split-KV the fp32 partial state; and the LSE.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/online_softmax.h"
+#include "cuda/common/kernel_params.h"
+#include "cuda/common/math.cuh"
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/smem.cuh"
+#include "cuda/sm90/tma.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+
+namespace tileattn::detail::sm90 {
+
+template <class Cfg, class T, bool kServing>
+struct Epilogue {
+  static constexpr TileConfig kCfg = Cfg::kCfg;
+  static constexpr int kD = kCfg.head_dim;
+  const Smem<Cfg>& sm;
+  const KernelParams& p;
+  const CUtensorMap* tm_o;
+  int consumer;
+
+  // o: the thread's accumulators (HOPPER_FACTS B3 layout, softmax.cuh); total: its two rows'
+  // final states. Persistent CTAs first wait until the last tile's rows were read out.
+  __device__ __forceinline__ void store(const float* o, const SoftmaxRow (&total)[2], const Work& w) const {
+    const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+    const int shift = p.pack_shift;
+    const int64_t rows_first = w.m0 + 64 * consumer;  // tile row of this consumer's row 0
+    if (kServing && p.splits > 1) {
+      store_partial(o, total, w, rows_first, warp, g, q);
+      if constexpr (kCfg.persistent && !kCfg.o_apart())
+        if (tid == 0) mbarrier_arrive(sm.q_empty());  // Q's rows were not needed for staging
+      return;
+    }
+    const int epilogue_barrier = 1 + kCfg.consumers + consumer;
+    if constexpr (kCfg.persistent) named_sync(epilogue_barrier, kWarpgroupThreads);
+    // O / l into this consumer's 64 rows of O's staging (Q's own rows, whose last S GEMM is done,
+    // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
+    // at u ^ (r % 8), and r % 8 is this thread's g.
+    uint8_t* const rows_smem = sm.o() + consumer * 64 * 128;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // A row that saw no key is exactly 0, whatever the accumulators hold.
+      const bool empty = total[half].l == 0.0f;
+      const float inv_l = empty ? 0.0f : total[half].inv_l();
+      const int r = 16 * warp + g + 8 * half;
+#pragma unroll
+      for (int i = 2 * half; i < kD / 2; i += 4) {  // accumulators i, i + 1: columns 8 (i >> 2) + 2 q, + 1
+        uint8_t* dst = rows_smem + (i >> 5) * kCfg.block_m() * 128 + r * 128 + ((((i >> 2) & 7) ^ g) << 4) + 4 * q;
+        *reinterpret_cast<uint32_t*>(dst) = cuda::pack2<T>(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
+      }
+      const int64_t row = rows_first + r, pos = row >> shift;
+      if (p.lse && q == 0 && pos < w.len_q) {
+        const int64_t head = w.h + (row & ((int64_t{1} << shift) - 1));
+        p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = total[half].lse();
+      }
+    }
+    fence_proxy_async();  // the generic-proxy writes, visible to the TMA store
+    named_sync(epilogue_barrier, kWarpgroupThreads);
+    if (kServing && p.seqs.varlen_q()) {
+      copy_rows(rows_smem, w, rows_first, tid);
+      if constexpr (kCfg.persistent && !kCfg.o_apart()) {
+        named_sync(epilogue_barrier, kWarpgroupThreads);  // every row read before the next Q lands
+        if (tid == 0) mbarrier_arrive(sm.q_empty());
+      }
+      return;
+    }
+    if (tid == 0) {
+      // One box per 64 columns; positions past seqlen_q are clipped by the map.
+#pragma unroll
+      for (int c = 0; c < kD / 64; ++c)
+        tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, w.h >> shift,
+                     static_cast<int32_t>(rows_first >> shift), w.b);
+      tma_store_commit();
+      tma_store_wait_read();  // the rows may be reused (or the CTA exit) once the store read them
+      // Persistent CTAs, O in Q's rows: the next tile's Q may load into them now.
+      if constexpr (kCfg.persistent && !kCfg.o_apart()) mbarrier_arrive(sm.q_empty());
+    }
+    __syncwarp();  // warp 0 converged again before any later bar.sync or wgmma
+  }
+
+ private:
+  // Packed varlen q: the staged rows of this sequence, 16 bytes a store; rows past its end (the
+  // next sequence's) are left alone.
+  __device__ __forceinline__ void copy_rows(const uint8_t* rows_smem, const Work& w, int64_t rows_first,
+                                            int tid) const {
+    constexpr int kUnits = kD / 8;  // 16-byte units of a row
+    T* const out = static_cast<T*>(p.out) + w.b * p.o_sb;
+    for (int idx = tid; idx < 64 * kUnits; idx += kWarpgroupThreads) {
+      const int r = idx / kUnits, unit = idx % kUnits, c = unit / 8, u = unit % 8;
+      const int64_t row = rows_first + r, pos = row >> p.pack_shift;
+      if (pos >= w.len_q) continue;
+      const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1));
+      const uint4 bits =
+          *reinterpret_cast<const uint4*>(rows_smem + c * kCfg.block_m() * 128 + r * 128 + ((u ^ (r % 8)) << 4));
+      *reinterpret_cast<uint4*>(out + (w.q_start + pos) * p.o_sl + head * p.o_sh + 8 * unit) = bits;
+    }
+  }
+
+  // Split-KV: the rows' fp32 O / l (unrounded) and LSE, straight from the accumulators.
+  __device__ __forceinline__ void store_partial(const float* o, const SoftmaxRow (&total)[2], const Work& w,
+                                                int64_t rows_first, int warp, int g, int q) const {
+    const int64_t pb = p.seqs.varlen_q() ? 0 : w.b;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = rows_first + 16 * warp + g + 8 * half, pos = row >> p.pack_shift;
+      if (pos >= w.len_q) continue;
+      const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1)), at = w.q_start + pos;
+      const bool empty = total[half].l == 0.0f;
+      const float inv_l = empty ? 0.0f : total[half].inv_l();
+      float* dst = p.o_part + w.split * p.op_ss + pb * p.op_sb + at * p.op_sl + head * p.op_sh;
+#pragma unroll
+      for (int i = 2 * half; i < kD / 2; i += 4)
+        *reinterpret_cast<float2*>(dst + 8 * (i >> 2) + 2 * q) =
+            make_float2(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
+      if (q == 0) p.lse_part[w.split * p.lp_ss + pb * p.lp_sb + head * p.lp_sh + at] = total[half].lse();
+    }
+  }
+};
+
+}  // namespace tileattn::detail::sm90

@@ -1,0 +1,246 @@
+// mainloop.cuh: the sm90 forward's loads and GEMMs. The producer warp issues TMA loads of Q and
+// of K and V block by block into two-stage rings on mbarriers; each consumer warpgroup computes
+// S = Q K^T (both from shared memory) and O += P V (P from registers) with wgmma, the softmax of
+// block j running while P V of block j - 1 is on the tensor cores, and takes turns with the
+// other consumers to issue its GEMMs (docs/kernels/sm90.md).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/kernel_params.h"
+#include "cuda/common/math.cuh"
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/smem.cuh"
+#include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tma.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace tileattn::detail::sm90 {
+
+// The producer warp on one tile: Q, then K and V block by block, lane 0 issuing. K runs one
+// block ahead of V (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
+// Persistent CTAs load K0 first (its slot frees once the last tile's scores are done) and Q
+// once the consumers released the last tile's. A ragged sequence's last V block: once it
+// landed, the whole warp zeroes its rows past the keys and signals v_tail.
+template <class Cfg>
+__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_q,
+                                             const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Work& w,
+                                             const Pipe& pipe) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  constexpr int kChunks = kCfg.head_dim / 64;
+  const int lane = threadIdx.x % 32;
+  const int32_t batch = p.seqs.cu_k ? 0 : w.b;  // a packed k is one long "batch" entry
+  const int64_t blocks = w.blocks();
+  if (lane == 0) {
+    // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
+    auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase, int64_t j) {
+      mbarrier_wait(empty, phase ^ 1);
+      mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
+      const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
+      for (int c = 0; c < kChunks; ++c) tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
+    };
+    auto load_k = [&](int64_t j) {
+      const Slot<Cfg> s(pipe.ring + j);
+      load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
+    };
+    auto load_v = [&](int64_t j) {
+      const Slot<Cfg> s(pipe.ring + j);
+      load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
+    };
+    if constexpr (kCfg.persistent) {
+      if (blocks > 0) load_k(0);
+      mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
+    }
+    mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+    const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
+    for (int c = 0; c < kChunks; ++c)
+      tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0, w.h >> p.pack_shift,
+                  w.q_start + (w.m0 >> p.pack_shift), q_batch);
+    for (int64_t j = 0; j <= blocks; ++j) {
+      if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
+      if (j > 0) load_v(j - 1);
+    }
+  }
+  __syncwarp();
+  if (w.tail) {
+    const Slot<Cfg> s(pipe.ring + blocks - 1);
+    mbarrier_wait(sm.v_full(s.stage), s.phase);
+    const int valid = w.len_k - (w.n_end - 1) * kCfg.block_n;  // keys of the sequence in the block
+    constexpr int kRowUnits = 8 * kChunks;                      // 16-byte units of a row, all chunks
+    uint8_t* const v = sm.v(s.stage);
+    for (int idx = lane; idx < (kCfg.block_n - valid) * kRowUnits; idx += 32) {
+      const int row = valid + idx / kRowUnits, c = idx % kRowUnits / 8, u = idx % 8;
+      *reinterpret_cast<uint4*>(v + c * kCfg.block_n * 128 + row * 128 + 16 * u) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async();  // the zeros, visible to wgmma's reads
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(sm.v_tail());
+  }
+}
+
+// Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
+// __syncthreads; 1 + consumers + c is consumer c's epilogue). A turn is 128 threads waiting plus
+// the 128 of the previous consumer arriving. The last consumer hands consumer 0 the first turn.
+// With one tile a CTA, it keeps its own last turn; persistent CTAs pass every turn and consumer
+// 0 takes one more at the end. Either way every barrier completes as many phases as it is
+// waited on.
+template <class Cfg>
+struct Turns {
+  static constexpr int kN = Cfg::kCfg.consumers;
+  static constexpr bool kOn = Cfg::kCfg.pingpong;
+  int me;
+  __device__ void start() const {
+    if (kOn && me == kN - 1) named_arrive(1, 256);
+  }
+  __device__ void wait() const {
+    if (kOn) named_sync(1 + me, 256);
+  }
+  __device__ void pass(bool last) const {
+    if (kOn && !(!Cfg::kCfg.persistent && last && me == kN - 1)) named_arrive(1 + (me + 1) % kN, 256);
+  }
+  __device__ void finish() const {
+    if (kOn && Cfg::kCfg.persistent && me == 0) named_sync(1, 256);
+  }
+};
+
+// The GEMMs of one key block for a consumer's 64 rows.
+template <class Cfg, class T>
+struct Gemms {
+  static constexpr TileConfig kCfg = Cfg::kCfg;
+  static constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const Smem<Cfg>& sm;
+  int consumer;
+
+  // S = Q K^T, m64 nN, D / 16 k-steps; Q rows of this consumer start 64 rows into each chunk.
+  __device__ __forceinline__ void scores(float* s, int stage) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const int c = kk / 4, within = 32 * (kk % 4);
+      const uint64_t dq = make_smem_desc(sm.q() + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
+      const uint64_t dk = make_smem_desc(sm.k(stage) + c * kN * 128 + within, 16, 1024);
+      WgmmaOp<kN, kBf16>::template ss<0>(s, dq, dk, kk > 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+  }
+  // O += P V, m64 nD, N / 16 k-steps; V [key][d] is the N-major B operand (64-column chunks
+  // N x 128 bytes apart, 16 keys = 2048 bytes per k-step).
+  __device__ __forceinline__ void pv(float* o, const uint32_t (*pa)[4], int stage) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t dv = make_smem_desc(sm.v(stage) + 2048 * kk, kN * 128, 1024);
+      WgmmaOp<kD, kBf16>::template rs<1>(o, pa[kk], dv, 1u);
+    }
+    wgmma_commit();
+  }
+};
+
+// One lane per warp arrives on a ring's "empty" barrier (count: 4 x consumers).
+__device__ __forceinline__ void release(uint64_t* empty, int lane) {
+  if (lane == 0) mbarrier_arrive(empty);
+}
+
+// A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
+// order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
+template <class Cfg, class T, class Mask, bool kServing>
+__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_o,
+                                             const Work& w, int consumer, const Pipe& pipe) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
+  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
+  const int shift = p.pack_shift;
+  const int rows_first = w.m0 + 64 * consumer;
+  const int row0 = rows_first + 16 * warp + lane / 4;  // half 0; half 1 is row0 + 8
+  BlockSoftmax<kN, Mask::kMasks> softmax{p,
+                                         tile_band<Mask>(w.len_q, w.len_k, p.window_left, p.window_right),
+                                         rows_first >> shift,
+                                         (rows_first + 63) >> shift,
+                                         {row0 >> shift, (row0 + 8) >> shift},
+                                         lane % 4};
+  const Gemms<Cfg, T> gemm{sm, consumer};
+  const Turns<Cfg> turn{consumer};
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float s[kN / 2];
+  uint32_t pa[kN / 16][4];
+  // Weights to wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
+  auto to_fragments = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  };
+  const int k_first = w.n_begin * kN;
+
+  mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
+  const int64_t blocks = w.blocks();
+  if (blocks > 0) {
+    if constexpr (!kCfg.persistent) turn.start();
+    {
+      const Slot<Cfg> sk(pipe.ring);
+      mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+      turn.wait();
+      gemm.scores(s, sk.stage);
+      turn.pass(false);
+      wgmma_wait<0>();
+      fence_operands<kN / 2>(s);
+      release(sm.k_empty(sk.stage), lane);
+      softmax(s, k_first);  // o is 0: alpha needs no applying
+      to_fragments();
+    }
+    for (int64_t j = 1; j < blocks; ++j) {
+      const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
+      mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+      mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+      turn.wait();
+      gemm.scores(s, sk.stage);
+      gemm.pv(o, pa, sv.stage);
+      turn.pass(false);
+      wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
+      fence_operands<kN / 2>(s);
+      release(sm.k_empty(sk.stage), lane);
+      softmax(s, k_first + static_cast<int>(j) * kN);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(sv.stage), lane);
+      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
+      // whole warp may (a warp-uniform branch).
+      if (__any_sync(0xffffffffu, softmax.alpha[0] != 1.0f || softmax.alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < kD / 2; ++i) o[i] *= softmax.alpha[(i >> 1) & 1];
+      }
+      to_fragments();
+    }
+    {
+      const Slot<Cfg> sv(pipe.ring + blocks - 1);
+      if (w.tail)
+        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
+      else
+        mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+      turn.wait();
+      gemm.pv(o, pa, sv.stage);
+      turn.pass(true);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(sv.stage), lane);
+    }
+  }
+  // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.
+  if constexpr (kCfg.o_apart()) release(sm.q_empty(), lane);
+  const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
+  Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
+}
+
+}  // namespace tileattn::detail::sm90
