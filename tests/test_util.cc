@@ -71,6 +71,8 @@ const char* layout_name(Layout layout) {
       return "strided";
     case Layout::kPadded:
       return "padded";
+    case Layout::kAligned:
+      return "aligned";
   }
   return "?";
 }
@@ -129,6 +131,10 @@ HostTensor HostTensor::blhd(DType dtype, int64_t B, int64_t L, int64_t H, int64_
     }
     case Layout::kPadded: {
       const int64_t sd = 1, sh = D + 3, sl = H * sh + 2, sb = L * sl + 7;
+      return HostTensor(dtype, {B, L, H, D}, {sb, sl, sh, sd});
+    }
+    case Layout::kAligned: {
+      const int64_t sd = 1, sh = (D + 7) / 8 * 8 + 8, sl = H * sh + 16, sb = L * sl + 32;
       return HostTensor(dtype, {B, L, H, D}, {sb, sl, sh, sd});
     }
   }
@@ -226,6 +232,8 @@ int64_t HostTensor::count_unwritten() const {
   return n;
 }
 
+bool HostTensor::is_poison(const Index& idx) const { return bits_at(position(idx)) == poison_bits(dtype_); }
+
 int64_t HostTensor::count_gaps_changed() const {
   int64_t n = 0;
   const uint64_t sentinel = sentinel_bits(dtype_);
@@ -235,6 +243,27 @@ int64_t HostTensor::count_gaps_changed() const {
 
 // ---------------------------------------------------------------------------------------------
 // Problem
+
+int64_t Problem::len_q(int64_t b) const {
+  if (!used_q.empty()) return used_q[b];
+  return packed_q ? lens_q[b] : seqlen_q;
+}
+
+int64_t Problem::len_k(int64_t b) const {
+  if (!used_k.empty()) return used_k[b];
+  return packed_k ? lens_k[b] : seqlen_k;
+}
+
+Problem varlen_problem(Problem p, std::vector<int64_t> lens_q, std::vector<int64_t> lens_k) {
+  p.packed_q = p.packed_k = true;
+  p.batch = static_cast<int64_t>(lens_q.size());
+  p.seqlen_q = p.seqlen_k = 0;
+  for (int64_t x : lens_q) p.seqlen_q = std::max(p.seqlen_q, x);
+  for (int64_t x : lens_k) p.seqlen_k = std::max(p.seqlen_k, x);
+  p.lens_q = std::move(lens_q);
+  p.lens_k = std::move(lens_k);
+  return p;
+}
 
 std::string Problem::name() const {
   std::ostringstream os;
@@ -253,12 +282,22 @@ std::string Problem::name() const {
   if (out_layout != Layout::kContiguous) os << "_o" << layout_name(out_layout);
   if (lse_layout != LseLayout::kContiguous) os << "_lse" << lse_layout_name(lse_layout);
   if (input_stddev != 1.0) os << "_sd" << number_name(input_stddev);
+  if (!with_lse) os << "_nolse";
+  if (o.num_splits > 0) os << "_splits" << o.num_splits;
+  int64_t total_q = 0, total_k = 0;
+  for (int64_t x : lens_q) total_q += x;
+  for (int64_t x : lens_k) total_k += x;
+  if (packed_q) os << "_packq" << total_q;
+  if (packed_k) os << "_packk" << total_k;
+  if (!used_q.empty()) os << "_usedq";
+  if (!used_k.empty()) os << "_usedk";
   return os.str();
 }
 
-bool sees(const Problem& p, int64_t i, int64_t j) {
-  if (j < 0 || j >= p.seqlen_k) return false;
-  const int64_t pos = i + (p.seqlen_k - p.seqlen_q);  // bottom-right alignment
+bool sees(const Problem& p, int64_t i, int64_t j, int64_t b) {
+  const int64_t lq = p.len_q(b), lk = p.len_k(b);
+  if (j < 0 || j >= lk) return false;
+  const int64_t pos = i + (lk - lq);  // bottom-right alignment
   const int64_t left = p.options.window_left;
   const int64_t right = p.options.causal ? 0 : p.options.window_right;
   if (left >= 0 && j < pos - left) return false;
@@ -266,50 +305,135 @@ bool sees(const Problem& p, int64_t i, int64_t j) {
   return true;
 }
 
-int64_t visible_keys(const Problem& p, int64_t i) {
+int64_t visible_keys(const Problem& p, int64_t i, int64_t b) {
   int64_t n = 0;
-  for (int64_t j = 0; j < p.seqlen_k; ++j) n += sees(p, i, j);
+  for (int64_t j = 0; j < p.len_k(b); ++j) n += sees(p, i, j, b);
   return n;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Runs
 
+namespace {
+
+int64_t total(const std::vector<int64_t>& lens) {
+  int64_t t = 0;
+  for (int64_t x : lens) t += x;
+  return t;
+}
+
+// An int32 index tensor holding `values` (empty: none).
+HostTensor index_tensor(const std::vector<int64_t>& values) {
+  HostTensor t = HostTensor::contiguous(DType::kInt32, {static_cast<int64_t>(values.size())});
+  for (size_t i = 0; i < values.size(); ++i) t.set({static_cast<int64_t>(i), 0, 0, 0}, static_cast<double>(values[i]));
+  return t;
+}
+
+std::vector<int64_t> prefix_sums(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu(lens.size() + 1, 0);
+  for (size_t i = 0; i < lens.size(); ++i) cu[i + 1] = cu[i] + lens[i];
+  return cu;
+}
+
+// q, k, v or out of the problem: packed [total, H, D] or dense in its layout.
+HostTensor rows_tensor(const Problem& p, bool packed, const std::vector<int64_t>& lens, int64_t L, int64_t H,
+                       Layout layout, DType dtype) {
+  if (packed) return HostTensor::contiguous(dtype, {total(lens), H, p.head_dim});
+  return HostTensor::blhd(dtype, p.batch, L, H, p.head_dim, layout);
+}
+
+// Sets the rows of t (q, k or v) that do not count to NaN: they must not reach any result.
+void poison_unused_rows(HostTensor& t, const Problem& p, bool side_q) {
+  const bool packed = side_q ? p.packed_q : p.packed_k;
+  const std::vector<int64_t>& lens = side_q ? p.lens_q : p.lens_k;
+  const std::vector<int64_t> cu = packed ? prefix_sums(lens) : std::vector<int64_t>{};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t stored = packed ? lens[b] : (side_q ? p.seqlen_q : p.seqlen_k);
+    const int64_t used = side_q ? p.len_q(b) : p.len_k(b);
+    for (int64_t i = used; i < stored; ++i)
+      for (int64_t h = 0; h < (packed ? t.dim(1) : t.dim(2)); ++h)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          t.set(packed ? Index{cu[b] + i, h, d, 0} : Index{b, i, h, d}, nan);
+  }
+}
+
+}  // namespace
+
 Case::Case(const Problem& p, uint64_t seed) : problem(p) {
   std::mt19937_64 rng(seed);
-  q = HostTensor::blhd(p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_layout);
-  k = HostTensor::blhd(p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.kv_layout);
-  v = HostTensor::blhd(p.dtype, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.kv_layout);
+  q = rows_tensor(p, p.packed_q, p.lens_q, p.seqlen_q, p.heads_q, p.q_layout, p.dtype);
+  k = rows_tensor(p, p.packed_k, p.lens_k, p.seqlen_k, p.heads_kv, p.kv_layout, p.dtype);
+  v = rows_tensor(p, p.packed_k, p.lens_k, p.seqlen_k, p.heads_kv, p.kv_layout, p.dtype);
   q.fill_normal(rng, p.input_stddev);
   k.fill_normal(rng, p.input_stddev);
   v.fill_normal(rng, 1.0);
-  ref_out = HostTensor::contiguous(DType::kFloat64, {p.batch, p.seqlen_q, p.heads_q, p.head_dim});
-  ref_lse = HostTensor::contiguous(DType::kFloat64, {p.batch, p.heads_q, p.seqlen_q});
+  if (p.varlen()) {
+    poison_unused_rows(q, p, true);
+    poison_unused_rows(k, p, false);
+    poison_unused_rows(v, p, false);
+  }
+  if (p.packed_q) cu_q = index_tensor(prefix_sums(p.lens_q));
+  if (p.packed_k) cu_k = index_tensor(prefix_sums(p.lens_k));
+  if (!p.used_q.empty()) used_q = index_tensor(p.used_q);
+  if (!p.used_k.empty()) used_k = index_tensor(p.used_k);
+  const int64_t B = p.batch, Lq = p.seqlen_q, Hq = p.heads_q, D = p.head_dim;
+  ref_out = p.packed_q ? HostTensor::contiguous(DType::kFloat64, {total(p.lens_q), Hq, D})
+                       : HostTensor::contiguous(DType::kFloat64, {B, Lq, Hq, D});
+  ref_lse = p.packed_q ? HostTensor::contiguous(DType::kFloat64, {Hq, total(p.lens_q)})
+                       : HostTensor::contiguous(DType::kFloat64, {B, Hq, Lq});
+}
+
+Seqlens Case::seqlens(const std::function<TensorRef(const HostTensor&)>& view, std::array<TensorRef, 4>* refs) const {
+  const Problem& p = problem;
+  Seqlens s;
+  if (p.packed_q) (*refs)[0] = view(cu_q), s.cu_seqlens_q = &(*refs)[0], s.max_seqlen_q = p.seqlen_q;
+  if (p.packed_k) (*refs)[1] = view(cu_k), s.cu_seqlens_k = &(*refs)[1], s.max_seqlen_k = p.seqlen_k;
+  if (!p.used_q.empty()) (*refs)[2] = view(used_q), s.seqused_q = &(*refs)[2];
+  if (!p.used_k.empty()) (*refs)[3] = view(used_k), s.seqused_k = &(*refs)[3];
+  return s;
 }
 
 void Case::run_oracle() {
   ref_out.poison();
   ref_lse.poison();
   const TensorRef lse = ref_lse.ref();
-  reference(q.ref(), k.ref(), v.ref(), ref_out.ref(), &lse, problem.options);
+  if (!problem.varlen()) {
+    reference(q.ref(), k.ref(), v.ref(), ref_out.ref(), &lse, problem.options);
+    return;
+  }
+  std::array<TensorRef, 4> refs;
+  reference_varlen(q.ref(), k.ref(), v.ref(), ref_out.ref(), &lse, seqlens([](const HostTensor& t) { return t.ref(); }, &refs),
+                   problem.options);
 }
 
-namespace {
 Result fresh_outputs(const Problem& p) {
-  Result r{HostTensor::blhd(p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.out_layout),
-           HostTensor::bhl(DType::kFloat32, p.batch, p.heads_q, p.seqlen_q, p.lse_layout)};
+  Result r;
+  if (p.packed_q) {
+    r.out = HostTensor::contiguous(p.dtype, {total(p.lens_q), p.heads_q, p.head_dim});
+    r.lse = HostTensor::contiguous(DType::kFloat32, {p.heads_q, total(p.lens_q)});
+  } else {
+    r.out = HostTensor::blhd(p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.out_layout);
+    r.lse = HostTensor::bhl(DType::kFloat32, p.batch, p.heads_q, p.seqlen_q, p.lse_layout);
+  }
   r.out.poison();
   r.lse.poison();
   return r;
 }
-}  // namespace
 
 Result run_forward(const Case& c) { return run_forward(c, c.problem.options); }
 
 Result run_forward(const Case& c, const Options& options) {
   Result r = fresh_outputs(c.problem);
   const TensorRef lse = r.lse.ref();
-  forward(c.q.ref(), c.k.ref(), c.v.ref(), r.out.ref(), &lse, options);
+  const TensorRef* lse_arg = c.problem.with_lse ? &lse : nullptr;
+  if (!c.problem.varlen()) {
+    forward(c.q.ref(), c.k.ref(), c.v.ref(), r.out.ref(), lse_arg, options);
+    return r;
+  }
+  std::array<TensorRef, 4> refs;
+  forward_varlen(c.q.ref(), c.k.ref(), c.v.ref(), r.out.ref(), lse_arg,
+                 c.seqlens([](const HostTensor& t) { return t.ref(); }, &refs), options);
   return r;
 }
 
@@ -347,18 +471,79 @@ void fold(double ours, double truth, double* err, Errors* e, const char* what, c
 
 Errors measure(const Result& r, const Case& c) {
   Errors e;
-  c.ref_out.for_each(
-      [&](const Index& idx) { fold(r.out.get(idx), c.ref_out.get(idx), &e.out, &e, "out", idx); });
-  c.ref_lse.for_each(
-      [&](const Index& idx) { fold(r.lse.get(idx), c.ref_lse.get(idx), &e.lse, &e, "lse", idx); });
+  // Elements the oracle did not write (rows past seqused) must be left alone too.
+  const auto visit = [&](const HostTensor& ref, const HostTensor& ours, double* err, const char* what) {
+    ref.for_each([&](const Index& idx) {
+      if (ref.is_poison(idx)) {
+        if (!ours.is_poison(idx) && e.mismatches++ == 0) {
+          std::ostringstream os;
+          os << what << "[" << idx[0] << ", " << idx[1] << ", " << idx[2] << ", " << idx[3] << "] = " << ours.get(idx)
+             << " was written, but the oracle leaves it alone (a row past seqused)";
+          e.first_mismatch = os.str();
+        }
+        return;
+      }
+      fold(ours.get(idx), ref.get(idx), err, &e, what, idx);
+    });
+  };
+  visit(c.ref_out, r.out, &e.out, "out");
+  if (c.problem.with_lse) visit(c.ref_lse, r.lse, &e.lse, "lse");
   return e;
 }
 
-Atol atol_for(DType dtype) {
+Errors eager_errors(const Case& c) {
+  const Problem& p = c.problem;
+  if (!p.varlen()) return measure(run_eager(c), c);
+  // Each sequence as a dense batch of one: views of its rows of q, k, v and of the oracle.
+  Errors e;
+  const std::vector<int64_t> cq = p.packed_q ? prefix_sums(p.lens_q) : std::vector<int64_t>{};
+  const std::vector<int64_t> ck = p.packed_k ? prefix_sums(p.lens_k) : std::vector<int64_t>{};
+  const auto seq_view = [](const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len) {
+    TensorRef r = t.ref();
+    const int64_t esize = static_cast<int64_t>(dtype_size(r.dtype));
+    if (packed) {
+      r.data = static_cast<char*>(r.data) + start * r.stride[0] * esize;
+      return TensorRef::strided(r.data, r.dtype, {1, len, r.shape[1], r.shape[2]},
+                                {len * r.stride[0], r.stride[0], r.stride[1], r.stride[2]});
+    }
+    r.data = static_cast<char*>(r.data) + b * r.stride[0] * esize;
+    r.shape[0] = 1, r.shape[1] = len;
+    return r;
+  };
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t lq = p.len_q(b), lk = p.len_k(b);
+    if (lq == 0) continue;
+    const int64_t q0 = p.packed_q ? cq[b] : 0, k0 = p.packed_k ? ck[b] : 0;
+    HostTensor out = HostTensor::contiguous(p.dtype, {1, lq, p.heads_q, p.head_dim});
+    HostTensor lse = HostTensor::contiguous(DType::kFloat32, {1, p.heads_q, lq});
+    const TensorRef lse_ref = lse.ref();
+    if (lk == 0) continue;  // eager has nothing to multiply; ours is held to O = 0 exactly there
+    eager(seq_view(c.q, p.packed_q, q0, b, lq), seq_view(c.k, p.packed_k, k0, b, lk), seq_view(c.v, p.packed_k, k0, b, lk),
+          out.ref(), &lse_ref, p.options);
+    for (int64_t i = 0; i < lq; ++i)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const Index ref_idx = p.packed_q ? Index{q0 + i, h, d, 0} : Index{b, i, h, d};
+          fold(out.get({0, i, h, d}), c.ref_out.get(ref_idx), &e.out, &e, "eager out", ref_idx);
+        }
+        const Index lse_idx = p.packed_q ? Index{h, q0 + i, 0, 0} : Index{b, h, i, 0};
+        fold(lse.get({0, h, i, 0}), c.ref_lse.get(lse_idx), &e.lse, &e, "eager lse", lse_idx);
+      }
+  }
+  return e;
+}
+
+Atol atol_for(DType dtype, DeviceKind device) {
   // O: a few roundings of a value near 1 in the output dtype (FA3's rule uses the dtype's own
   // rounding error at 0.3 the same way). LSE is fp32 for every dtype, but for 16-bit inputs the
   // reference eager path rounds S to the dtype, so its error sets the bar; atol covers rows
-  // where eager happens to be exact.
+  // where eager happens to be exact. The GPU kernels keep O's rounding tighter than the CPU
+  // bound (bf16 2^-10, fp16 2^-13) and compute the LSE with the special-function unit's exp2
+  // and log2 (approximations good to ~2^-22 relative), hence 1e-4.
+  if (device == DeviceKind::kCUDA) {
+    if (dtype == DType::kBFloat16) return {1.0 / 1024, 1e-4};
+    if (dtype == DType::kFloat16) return {1.0 / 8192, 1e-4};
+  }
   switch (dtype) {
     case DType::kFloat32:
       return {2e-6, 2e-6};
@@ -371,6 +556,35 @@ Atol atol_for(DType dtype) {
       return {1e-12, 1e-12};
   }
   return {0, 0};
+}
+
+bool Report::ok() const {
+  return ours.mismatches == 0 && unwritten == 0 && gaps_changed == 0 && ours.out <= 2 * eager.out + atol.out &&
+         ours.lse <= 2 * eager.lse + atol.lse;
+}
+
+std::string Report::str() const {
+  std::ostringstream s;
+  s << "O err " << ours.out << " (eager " << eager.out << ", bound " << 2 * eager.out + atol.out << "), LSE err "
+    << ours.lse << " (eager " << eager.lse << ", bound " << 2 * eager.lse + atol.lse << "), mismatches "
+    << ours.mismatches << (ours.first_mismatch.empty() ? "" : " first: " + ours.first_mismatch) << ", unwritten "
+    << unwritten << ", stray writes " << gaps_changed;
+  return s.str();
+}
+
+Report judge(const Result& r, const Case& c, DeviceKind device) {
+  Report rep;
+  rep.ours = measure(r, c);
+  rep.eager = eager_errors(c);
+  rep.atol = atol_for(c.problem.dtype, device);
+  // Every element the oracle wrote must be written (measure() checks the ones it did not).
+  c.ref_out.for_each([&](const Index& idx) { rep.unwritten += !c.ref_out.is_poison(idx) && r.out.is_poison(idx); });
+  if (c.problem.with_lse)
+    c.ref_lse.for_each([&](const Index& idx) { rep.unwritten += !c.ref_lse.is_poison(idx) && r.lse.is_poison(idx); });
+  else
+    rep.gaps_changed += r.lse.numel() - r.lse.count_unwritten();  // no LSE asked: none written
+  rep.gaps_changed += r.out.count_gaps_changed() + r.lse.count_gaps_changed();
+  return rep;
 }
 
 void expect_written(const Result& r, const char* what) {
