@@ -90,7 +90,7 @@ std::vector<Problem> head_dims() {
           Problem p = base(lq, lk, d, dtype);
           if (variant == 1) p.options.causal = true;
           if (variant == 2) p.options.window_left = 32, p.options.window_right = 8;
-          if (variant == 3) p.options.softcap = 30.0f, p.q_amplitude = 4.0;
+          if (variant == 3) p.options.softcap = 30.0f, p.input_stddev = 2.5;
           out.push_back(p);
         }
   return out;
@@ -134,11 +134,11 @@ std::vector<Problem> windows() {
 
 std::vector<Problem> layouts() {
   std::vector<Problem> out;
-  const Layout all[] = {Layout::kContiguous, Layout::kPermuted, Layout::kPadded};
+  const Layout all[] = {Layout::kContiguous, Layout::kBHLD, Layout::kAligned};
   int n = 0;
   for (Layout ql : all)
     for (Layout kvl : all)
-      for (Layout ol : {Layout::kPermuted, Layout::kPadded}) {
+      for (Layout ol : {Layout::kBHLD, Layout::kAligned}) {
         Problem p = base(113, 203,
                          (n % 3 == 0)   ? 72
                          : (n % 3 == 1) ? 128
@@ -151,7 +151,7 @@ std::vector<Problem> layouts() {
         p.q_layout = ql;
         p.kv_layout = kvl;
         p.out_layout = ol;
-        p.lse_layout = n % 3 == 0 ? Layout::kPermuted : n % 3 == 1 ? Layout::kPadded : Layout::kContiguous;
+        p.lse_layout = n % 3 == 0 ? LseLayout::kBLH : n % 3 == 1 ? LseLayout::kPadded : LseLayout::kContiguous;
         out.push_back(p);
         ++n;
       }
@@ -178,7 +178,7 @@ std::vector<Problem> options() {
     p.options.causal = true;
     out.push_back(p);
     p = base(1023, 1023, d);
-    p.q_amplitude = 16.0;  // logits spread over ~100 units: many base moves, conditional and not
+    p.input_stddev = 3.0;  // logits spread over ~100 units: many base moves, conditional and not
     out.push_back(p);
     p.options.rescale = Rescale::kAlways;
     out.push_back(p);

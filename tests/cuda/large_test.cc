@@ -31,45 +31,48 @@ TEST_P(LongSequence, SampledRowsMatchOracle) {
   const bool causal = GetParam();
   const int64_t L = 32768, Hq = 2, Hkv = 1, D = 128;
   std::mt19937_64 rng(causal ? 11 : 12);
-  Tensor q(DType::kBFloat16, {1, L, Hq, D}, Layout::kContiguous),
-      k(DType::kBFloat16, {1, L, Hkv, D}, Layout::kContiguous),
-      v(DType::kBFloat16, {1, L, Hkv, D}, Layout::kContiguous);
-  q.fill_random(rng, 2.0);
-  k.fill_random(rng, 1.0);
-  v.fill_random(rng, 1.0);
-  Tensor out(DType::kBFloat16, {1, L, Hq, D}, Layout::kContiguous),
-      lse(DType::kFloat32, {1, Hq, L}, Layout::kContiguous);
+  HostTensor q = HostTensor::contiguous(DType::kBFloat16, {1, L, Hq, D}),
+             k = HostTensor::contiguous(DType::kBFloat16, {1, L, Hkv, D}),
+             v = HostTensor::contiguous(DType::kBFloat16, {1, L, Hkv, D});
+  q.fill_normal(rng, 1.2);
+  k.fill_normal(rng, 0.6);
+  v.fill_normal(rng, 0.6);
+  HostTensor out = HostTensor::contiguous(DType::kBFloat16, {1, L, Hq, D}),
+             lse = HostTensor::contiguous(DType::kFloat32, {1, Hq, L});
   out.poison();
   lse.poison();
   Options opt;
   opt.causal = causal;
-  TensorRef d_lse = lse.device_ref();
-  forward(q.device_ref(), k.device_ref(), v.device_ref(), out.device_ref(), &d_lse, opt);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  out.from_device();
-  lse.from_device();
+  {
+    const DeviceCopy dq(q), dk(k), dv(v), dout(out), dlse(lse);
+    const TensorRef d_lse = dlse.ref();
+    forward(dq.ref(), dk.ref(), dv.ref(), dout.ref(), &d_lse, opt);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    dout.to_host(out);
+    dlse.to_host(lse);
+  }
 
   // Every row written (and finite: every row sees at least one key here).
   int64_t bad = 0;
   for (int64_t i = 0; i < L; ++i)
     for (int64_t h = 0; h < Hq; ++h) {
-      bad += !std::isfinite(lse.get(0, h, i));
-      for (int64_t d = 0; d < D; ++d) bad += !std::isfinite(out.get(0, i, h, d));
+      bad += !std::isfinite(lse.get({0, h, i, 0}));
+      for (int64_t d = 0; d < D; ++d) bad += !std::isfinite(out.get({0, i, h, d}));
     }
   EXPECT_EQ(bad, 0);
 
-  Tensor ref_out(DType::kFloat64, {1, L, Hq, D}, Layout::kContiguous),
-      ref_lse(DType::kFloat64, {1, Hq, L}, Layout::kContiguous);
-  TensorRef r_lse = ref_lse.host_ref();
+  HostTensor ref_out = HostTensor::contiguous(DType::kFloat64, {1, L, Hq, D}),
+             ref_lse = HostTensor::contiguous(DType::kFloat64, {1, Hq, L});
+  const TensorRef r_lse = ref_lse.ref();
   const std::pair<int64_t, int64_t> ranges[] = {{0, 64}, {16000, 16064}, {L - 64, L}};
   double err_out = 0, err_lse = 0;
   for (auto [r0, r1] : ranges) {
-    reference_rows(q.host_ref(), k.host_ref(), v.host_ref(), ref_out.host_ref(), &r_lse, opt, r0, r1);
+    reference_rows(q.ref(), k.ref(), v.ref(), ref_out.ref(), &r_lse, opt, r0, r1);
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t h = 0; h < Hq; ++h) {
-        err_lse = std::max(err_lse, std::abs(lse.get(0, h, i) - ref_lse.get(0, h, i)));
+        err_lse = std::max(err_lse, std::abs(lse.get({0, h, i, 0}) - ref_lse.get({0, h, i, 0})));
         for (int64_t d = 0; d < D; ++d)
-          err_out = std::max(err_out, std::abs(out.get(0, i, h, d) - ref_out.get(0, i, h, d)));
+          err_out = std::max(err_out, std::abs(out.get({0, i, h, d}) - ref_out.get({0, i, h, d})));
       }
   }
   EXPECT_LE(err_out, kBf16OutTol);
@@ -85,6 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Large, LongSequence, ::testing::Values(false, true));
 TEST(Large, ManyHeads) {
   SKIP_WITHOUT_GPU();
   Problem p;
+  p.dtype = DType::kBFloat16;
   p.batch = 3;
   p.heads_q = 22000;  // B * Hq = 66000 > 65535
   p.heads_kv = 11000;
@@ -121,14 +125,15 @@ TEST(Large, TensorPast2To31Elements) {
   ASSERT_EQ(cudaMemset(dlse, 0xff, Hq * Lq * sizeof(float)), cudaSuccess);
 
   std::mt19937_64 rng(5);
-  Tensor k(DType::kBFloat16, {1, Lk, Hkv, D}, Layout::kContiguous),
-      v(DType::kBFloat16, {1, Lk, Hkv, D}, Layout::kContiguous);
-  k.fill_random(rng, 1.0);
-  v.fill_random(rng, 1.0);
+  HostTensor k = HostTensor::contiguous(DType::kBFloat16, {1, Lk, Hkv, D}),
+             v = HostTensor::contiguous(DType::kBFloat16, {1, Lk, Hkv, D});
+  k.fill_normal(rng, 0.6);
+  v.fill_normal(rng, 0.6);
+  const DeviceCopy dk(k), dv(v);
   const TensorRef q_ref = TensorRef::contiguous(dq, DType::kBFloat16, {1, Lq, Hq, D}, Device::cuda(0));
   const TensorRef out_ref = TensorRef::contiguous(dout, DType::kBFloat16, {1, Lq, Hq, D}, Device::cuda(0));
   const TensorRef lse_ref = TensorRef::contiguous(dlse, DType::kFloat32, {1, Hq, Lq}, Device::cuda(0));
-  forward(q_ref, k.device_ref(), v.device_ref(), out_ref, &lse_ref);
+  forward(q_ref, dk.ref(), dv.ref(), out_ref, &lse_ref);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(count_nan_bf16(dout, n_q), 0) << "output elements left unwritten";
   EXPECT_EQ(count_nan32(dlse, Hq * Lq), 0) << "LSE elements left unwritten";
@@ -138,12 +143,12 @@ TEST(Large, TensorPast2To31Elements) {
   double err_out = 0, err_lse = 0;
   for (auto [r0, r1] : ranges) {
     const int64_t n = r1 - r0;
-    Tensor q_rows(DType::kBFloat16, {1, n, Hq, D}, Layout::kContiguous);
+    HostTensor q_rows = HostTensor::contiguous(DType::kBFloat16, {1, n, Hq, D});
     for (int64_t i = 0; i < n; ++i)
       for (int64_t h = 0; h < Hq; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t idx = ((r0 + i) * Hq + h) * D + d;
-          q_rows.set(0, i, h, d, detail::bf16_to_float(detail::float_to_bf16(hash_unit(idx, seed))));
+          q_rows.set({0, i, h, d}, detail::bf16_to_float(detail::float_to_bf16(hash_unit(idx, seed))));
         }
     std::vector<uint16_t> got(n * Hq * D);
     ASSERT_EQ(cudaMemcpy(got.data(), static_cast<uint16_t*>(dout) + r0 * Hq * D, got.size() * 2,
@@ -154,16 +159,16 @@ TEST(Large, TensorPast2To31Elements) {
       ASSERT_EQ(
           cudaMemcpy(got_lse.data() + h * n, dlse + h * Lq + r0, n * sizeof(float), cudaMemcpyDeviceToHost),
           cudaSuccess);
-    Tensor ref_out(DType::kFloat64, {1, n, Hq, D}, Layout::kContiguous),
-        ref_lse(DType::kFloat64, {1, Hq, n}, Layout::kContiguous);
-    TensorRef r_lse = ref_lse.host_ref();
-    reference(q_rows.host_ref(), k.host_ref(), v.host_ref(), ref_out.host_ref(), &r_lse);
+    HostTensor ref_out = HostTensor::contiguous(DType::kFloat64, {1, n, Hq, D}),
+               ref_lse = HostTensor::contiguous(DType::kFloat64, {1, Hq, n});
+    const TensorRef r_lse = ref_lse.ref();
+    reference(q_rows.ref(), k.ref(), v.ref(), ref_out.ref(), &r_lse);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t h = 0; h < Hq; ++h) {
-        err_lse = std::max(err_lse, std::abs(got_lse[h * n + i] - ref_lse.get(0, h, i)));
+        err_lse = std::max(err_lse, std::abs(got_lse[h * n + i] - ref_lse.get({0, h, i, 0})));
         for (int64_t d = 0; d < D; ++d)
-          err_out = std::max(
-              err_out, std::abs(detail::bf16_to_float(got[(i * Hq + h) * D + d]) - ref_out.get(0, i, h, d)));
+          err_out = std::max(err_out, std::abs(detail::bf16_to_float(got[(i * Hq + h) * D + d]) -
+                                               ref_out.get({0, i, h, d})));
       }
   }
   EXPECT_LE(err_out, kBf16OutTol);

@@ -34,15 +34,17 @@ int main() {
   add(33, 300, 128, DType::kFloat16, 3);
   add(5, 0, 64, DType::kBFloat16, 0);  // no keys at all
   Problem decode;  // GQA packing on sm90: 8 query heads of one KV head in a tile
+  decode.dtype = DType::kBFloat16;
   decode.seqlen_q = 3, decode.seqlen_k = 300, decode.head_dim = 128, decode.heads_q = 8, decode.heads_kv = 1;
   decode.options.causal = true;
   problems.push_back(decode);
   Problem strided;
+  strided.dtype = DType::kBFloat16;
   strided.seqlen_q = 65, strided.seqlen_k = 129, strided.head_dim = 72, strided.heads_q = 4,
   strided.heads_kv = 2;
-  strided.q_layout = Layout::kPermuted, strided.kv_layout = Layout::kPadded,
-  strided.out_layout = Layout::kPadded;
-  strided.lse_layout = Layout::kPermuted;
+  strided.q_layout = Layout::kBHLD, strided.kv_layout = Layout::kAligned,
+  strided.out_layout = Layout::kAligned;
+  strided.lse_layout = LseLayout::kBLH;
   strided.options.causal = true;
   problems.push_back(strided);
 

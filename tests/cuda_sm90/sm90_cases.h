@@ -79,14 +79,14 @@ inline std::vector<Problem> sm90_cases() {
     out.push_back(p);
   }
   Problem packed_view = make_problem(3, 500, 128, DType::kBFloat16, 8, 2);
-  packed_view.q_layout = packed_view.kv_layout = packed_view.out_layout = Layout::kPermuted;
+  packed_view.q_layout = packed_view.kv_layout = packed_view.out_layout = Layout::kBHLD;
   packed_view.options.causal = true;
   out.push_back(packed_view);
   Problem strided = make_problem(300, 500, 128, DType::kBFloat16, 4, 2);
-  strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kPermuted;
+  strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kBHLD;
   out.push_back(strided);
   Problem padded = make_problem(257, 129, 64, DType::kFloat16, 2, 2);
-  padded.q_layout = padded.kv_layout = padded.out_layout = Layout::kPadded;
+  padded.q_layout = padded.kv_layout = padded.out_layout = Layout::kAligned;
   padded.options.causal = true;
   out.push_back(padded);
   return out;
