@@ -32,6 +32,7 @@ std::optional<DType> to_dtype(nb::dlpack::dtype dt, bool u16_is_bf16) {
   if (code == Code::Float && dt.bits == 64) return DType::kFloat64;
   if (code == Code::Bfloat && dt.bits == 16) return DType::kBFloat16;
   if (code == Code::UInt && dt.bits == 16 && u16_is_bf16) return DType::kBFloat16;
+  if (code == Code::Int && dt.bits == 32) return DType::kInt32;  // index tensors (cu_seqlens, ...)
   return std::nullopt;
 }
 
@@ -96,6 +97,7 @@ struct Torch {
   PyObject* float16 = nullptr;
   PyObject* bfloat16 = nullptr;
   PyObject* float64 = nullptr;
+  PyObject* int32 = nullptr;
 };
 
 const Torch* torch_if_loaded() {
@@ -114,6 +116,7 @@ const Torch* torch_if_loaded() {
   torch.float16 = nb::object(m.attr("float16")).release().ptr();
   torch.bfloat16 = nb::object(m.attr("bfloat16")).release().ptr();
   torch.float64 = nb::object(m.attr("float64")).release().ptr();
+  torch.int32 = nb::object(m.attr("int32")).release().ptr();
   found = true;
   return &torch;
 }
@@ -127,6 +130,7 @@ TensorRef from_torch(const Torch& torch, nb::handle obj, const std::string& name
   else if (dtype.ptr() == torch.float16) t.dtype = DType::kFloat16;
   else if (dtype.ptr() == torch.bfloat16) t.dtype = DType::kBFloat16;
   else if (dtype.ptr() == torch.float64) t.dtype = DType::kFloat64;
+  else if (dtype.ptr() == torch.int32) t.dtype = DType::kInt32;
   else raise_unsupported_dtype(name, nb::cast<std::string>(nb::str(dtype)).substr(6));  // "torch.int32"
   if (nb::cast<bool>(obj.attr("is_cuda"))) {
     t.device = Device::cuda(nb::cast<int>(obj.attr("get_device")()));

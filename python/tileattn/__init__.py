@@ -11,6 +11,7 @@ CUDA GPU; the result is an array of q's kind on q's device. See :func:`attention
 
 from . import _C
 from ._api import attention, eager, flash_attn_func, reference
+from ._varlen import attention_varlen, flash_attn_combine, flash_attn_varlen_func, reference_varlen
 
 __version__ = _C.version()
 
@@ -44,6 +45,10 @@ __all__ = [
     "eager",
     "reference",
     "flash_attn_func",
+    "attention_varlen",
+    "reference_varlen",
+    "flash_attn_varlen_func",
+    "flash_attn_combine",
     "built_with_cuda",
     "cuda_device_count",
     "cpu_isa",

@@ -15,8 +15,14 @@ _LAYOUT_Q = "4 dims [batch, seqlen, heads, head_dim]"
 _KERNELS = ("auto", "cpu", "sm80", "sm90")
 
 
-def _check_options(causal, scale, window, softcap, kernel="auto"):
+def _check_options(causal, scale, window, softcap, kernel="auto", num_splits=0):
     """Type checks of the keyword options (values are checked by the core, which names them)."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
+        raise argument_error(
+            TypeError, "num_splits", f"expected an int, got {_arrays.type_name(num_splits)} {num_splits!r}"
+        )
+    if not -(2**31) <= num_splits < 2**31:
+        raise argument_error(ValueError, "num_splits", f"{num_splits} does not fit a 32-bit integer")
     if not isinstance(kernel, str) or kernel not in _KERNELS:
         raise argument_error(
             ValueError, "kernel", f"{kernel!r}, expected one of {', '.join(map(repr, _KERNELS))}"
@@ -60,11 +66,12 @@ def _check_options(causal, scale, window, softcap, kernel="auto"):
         window_right=right,
         softcap=float(softcap),
         kernel=kernel,
+        num_splits=int(num_splits),
     )
 
 
-def _check_arrays(q, k, v, allowed_dtypes):
-    """The kind of q ('numpy', 'torch', ...) after checking that k and v are of the same kind."""
+def _check_arrays_any_rank(q, k, v, allowed_dtypes=_arrays.WORKING_DTYPES):
+    """The kind of q after checking that k and v are of the same kind and every dtype allowed."""
     kind = _arrays.kind_of(q, "q")
     for name, x in (("k", k), ("v", v)):
         if _arrays.kind_of(x, name) != kind:
@@ -76,6 +83,12 @@ def _check_arrays(q, k, v, allowed_dtypes):
             )
     for name, x in (("q", q), ("k", k), ("v", v)):
         _arrays.check_dtype(x, kind, name, allowed_dtypes)
+    return kind
+
+
+def _check_arrays(q, k, v, allowed_dtypes):
+    """The kind of q ('numpy', 'torch', ...) after checking that k and v are of the same kind."""
+    kind = _check_arrays_any_rank(q, k, v, allowed_dtypes)
     if len(q.shape) != 4:
         raise argument_error(
             ValueError, "q", f"rank {len(q.shape)} (shape {tuple(q.shape)}), expected {_LAYOUT_Q}"
@@ -102,7 +115,17 @@ def _run(entry, q, k, v, options, return_lse, out_dtype=None, lse_dtype="float32
 
 
 def attention(
-    q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False, kernel="auto"
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    scale=None,
+    window=(-1, -1),
+    softcap=0.0,
+    return_lse=False,
+    kernel="auto",
+    num_splits=0,
 ):
     """Exact attention, tiled with online softmax: ``softmax(scale * q k^T [masked]) v``.
 
@@ -123,6 +146,10 @@ def attention(
         kernel: which implementation runs: ``"auto"`` (the fastest that supports the problem),
             or one forced by name for comparisons: ``"cpu"``, ``"sm80"``, ``"sm90"`` (an error
             says why it cannot run the problem).
+        num_splits: split-KV for decoding (few query rows, long keys): the keys of each query
+            tile are cut into this many splits whose partial results are merged exactly. ``0``
+            (default) lets tileattn choose (more than one only when the tiles alone would leave
+            the GPU's SMs or the CPU's threads idle); ``N`` forces N (at most 256).
 
     Returns:
         ``out`` ``[batch, seqlen_q, heads_q, head_dim]`` in q's dtype, an array of q's kind on
@@ -140,7 +167,7 @@ def attention(
         ValueError: shapes or values that do not fit (the message names the argument).
         RuntimeError: a device failure (CUDA error, out of memory).
     """
-    options = _check_options(causal, scale, window, softcap, kernel)
+    options = _check_options(causal, scale, window, softcap, kernel, num_splits)
     if _arrays.kind_of(q, "q") == "torch":
         _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
         from . import torch as tileattn_torch

@@ -65,6 +65,19 @@ def dtype_name(x, kind):
         return str(dtype)
 
 
+def dtype_name_of(dtype):
+    """A dtype given as a string, a NumPy dtype or a torch dtype, as NumPy spells it."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text.removeprefix("torch.")
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return text
+
+
 def check_dtype(x, kind, name, allowed):
     dtype = dtype_name(x, kind)
     if dtype not in allowed:

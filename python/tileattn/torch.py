@@ -12,7 +12,7 @@ Schema::
 
     tileattn::attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale,
                         int window_left, int window_right, float softcap, str kernel,
-                        bool return_lse) -> (Tensor out, Tensor lse)
+                        int num_splits, bool return_lse) -> (Tensor out, Tensor lse)
 
 lse is computed only when return_lse is true; otherwise it is an empty tensor.
 """
@@ -41,6 +41,7 @@ def _attention_op(
     window_right: int,
     softcap: float,
     kernel: str,
+    num_splits: int,
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     options = dict(
@@ -50,13 +51,14 @@ def _attention_op(
         window_right=window_right,
         softcap=softcap,
         kernel=kernel,
+        num_splits=num_splits,
     )
     out, lse = _forward_plain(q, k, v, options, return_lse)
     return out, lse if return_lse else q.new_empty((0,), dtype=torch.float32)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, kernel, return_lse):
+def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, kernel, num_splits, return_lse):
     if q.dim() != 4:
         raise ValueError(f"q: rank {q.dim()} (shape {tuple(q.shape)}), expected {_api._LAYOUT_Q}")
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -87,7 +89,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, grad_lse):
     grad_q, grad_k, grad_v = _backward_op(grad_out, *ctx.saved_tensors)
-    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -137,13 +139,85 @@ def _call_op(q, k, v, options, return_lse):
         options["window_right"],
         options["softcap"],
         options["kernel"],
+        options["num_splits"],
         return_lse,
     )
     return (out, lse) if return_lse else out
 
 
+@torch.library.custom_op("tileattn::varlen_attention", mutates_args=())
+def _varlen_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    seqused_q: Optional[torch.Tensor],
+    seqused_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool,
+    scale: Optional[float],
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    kernel: str,
+    num_splits: int,
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    options = dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right, softcap=softcap,
+                   kernel=kernel, num_splits=num_splits)
+    index = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    out, lse = _varlen_plain(q, k, v, index, max_seqlen_q, max_seqlen_k, options, return_lse, False)
+    return out, lse if return_lse else q.new_empty((0,), dtype=torch.float32)
+
+
+@_varlen_op.register_fake
+def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, causal,
+                 scale, window_left, window_right, softcap, kernel, num_splits, return_lse):
+    from ._varlen import _varlen_shapes
+
+    out_shape, lse_shape = _varlen_shapes(q, cu_seqlens_q)
+    return q.new_empty(out_shape), q.new_empty(lse_shape if return_lse else (0,), dtype=torch.float32)
+
+
+def _varlen_plain(q, k, v, index, max_q, max_k, options, return_lse, check_indices):
+    """attention_varlen on plain torch tensors: outputs from torch.empty, q's current stream."""
+    from ._varlen import _check_index, _varlen_shapes
+
+    _api._check_arrays_any_rank(q, k, v)
+    for name, x in zip(("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k"), index):
+        _check_index(x, name, "torch")
+    out_shape, lse_shape = _varlen_shapes(q, index[0])
+    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if return_lse else None
+    _C.forward_varlen(q, k, v, out, lse, *index, max_q, max_k, **options, stream=current_stream(q),
+                      check_indices=check_indices)
+    return out, lse
+
+
+def _call_varlen_op(q, k, v, index, max_q, max_k, options, return_lse, check_indices):
+    if not _needs_op(q, k, v):
+        out, lse = _varlen_plain(q, k, v, index, max_q, max_k, options, return_lse, bool(check_indices))
+        return (out, lse) if return_lse else out
+    out, lse = _varlen_op(q, k, v, *index, max_q, max_k, options["causal"], options["scale"],
+                          options["window_left"], options["window_right"], options["softcap"], options["kernel"],
+                          options["num_splits"], return_lse)
+    return (out, lse) if return_lse else out
+
+
 def attention(
-    q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, return_lse=False, kernel="auto"
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    scale=None,
+    window=(-1, -1),
+    softcap=0.0,
+    return_lse=False,
+    kernel="auto",
+    num_splits=0,
 ):
     """:func:`tileattn.attention` for torch tensors, through ``torch.ops.tileattn.attention``.
 
@@ -151,7 +225,7 @@ def attention(
     CUDA; float32, float16, bfloat16), strided views included. The output is a new contiguous
     tensor; on CUDA the op runs on ``torch.cuda.current_stream()``.
     """
-    options = _api._check_options(causal, scale, window, softcap, kernel)
+    options = _api._check_options(causal, scale, window, softcap, kernel, num_splits)
     _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
     return _call_op(q, k, v, options, return_lse)
 

@@ -48,6 +48,20 @@ int main() {
   strided.options.causal = true;
   problems.push_back(strided);
 
+  // Serving paths: a packed varlen batch (the O store without TMA, a ragged last V block zeroed
+  // by the producer), seqused with NaN rows, forced splits and their combine, sm90 and sm80.
+  for (int64_t d : {64, 128}) {
+    Problem varlen = test::varlen_problem(decode, {3, 0, 70}, {129, 5, 200});
+    varlen.head_dim = d, varlen.heads_q = 4, varlen.heads_kv = 2;
+    varlen.used_k = {100, 5, 200};
+    problems.push_back(varlen);
+    Problem split = decode;
+    split.head_dim = d, split.seqlen_k = 700, split.options.num_splits = 3;
+    problems.push_back(split);
+    split.options.kernel = Kernel::kCudaSm80;
+    problems.push_back(split);
+  }
+
   int failed = 0;
   for (const Problem& p : problems) {
     const Report r = run_case(p);

@@ -137,14 +137,14 @@ def test_plain_calls_and_the_op_agree():
     # Without autograd or torch.compile, tileattn.attention skips the dispatcher.
     q, k, v = make_qkv(2, 50, 70, 4, 2, 64, torch.bfloat16)
     direct = tileattn.attention(q, k, v, causal=True, window=(9, -1), return_lse=True)
-    via_op = OP(q, k, v, True, None, 9, -1, 0.0, "auto", True)
+    via_op = OP(q, k, v, True, None, 9, -1, 0.0, "auto", 0, True)
     for a, b in zip(direct, via_op):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_the_op_computes_lse_only_when_asked():
     q, k, v = make_qkv(1, 20, 20, 2, 2, 32, torch.float32)
-    out, lse = OP(q, k, v, False, None, -1, -1, 0.0, "auto", False)
+    out, lse = OP(q, k, v, False, None, -1, -1, 0.0, "auto", 0, False)
     assert lse.shape == (0,)
     torch.testing.assert_close(out, tileattn.attention(q, k, v), rtol=0, atol=0)
 
@@ -163,10 +163,10 @@ def opcheck_cases(device):
     dtypes = [torch.float32, torch.bfloat16] if device == "cpu" else [torch.float16, torch.bfloat16]
     for dtype in dtypes:
         q, k, v = make_qkv(2, 17, 33, 4, 2, 32, dtype, device)
-        yield (q, k, v, False, None, -1, -1, 0.0, "auto", True)
-        yield (q, k, v, True, 0.2, 8, 0, 0.0, "auto", False)
-        yield (q, k, v, False, None, 3, 5, 10.0, "auto", True)
-        yield (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, True, None, -1, -1, 0.0, "auto", True)
+        yield (q, k, v, False, None, -1, -1, 0.0, "auto", 0, True)
+        yield (q, k, v, True, 0.2, 8, 0, 0.0, "auto", 0, False)
+        yield (q, k, v, False, None, 3, 5, 10.0, "auto", 0, True)
+        yield (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, True, None, -1, -1, 0.0, "auto", 0, True)
 
 
 @pytest.mark.parametrize("case", list(opcheck_cases("cpu")), ids=lambda c: "")
