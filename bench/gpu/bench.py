@@ -15,11 +15,14 @@ Suites (--suites):
             K and V read / time.
   overhead  a tiny problem: host CPU time per call, and the GPU's idle time between calls.
   gap       tileattn at D=128, L=16k through the binding and the CLI, timed several ways.
+  varlen    packed batches of mixed lengths (16k tokens) beside the dense kernel on the same
+            sequences.
 Writes JSON (--out) and prints tables last, with ratios to SDPA's backends.
 """
 import argparse
 import datetime
 import gc
+import itertools
 import json
 import os
 import platform
@@ -92,6 +95,7 @@ IMPLS = {
     for i in [
         Impl("tileattn", _tileattn()),
         Impl("tileattn_sm80", _tileattn("sm80")),
+        Impl("tileattn_nosplit", _tileattn(num_splits=1)),  # decode: split-KV off
         Impl("tileattn_eager", lambda q, k, v, c: (lambda: tileattn.eager(q, k, v, causal=c)), eager=True),
         Impl("torch_eager", torch_eager, eager=True),
         _sdpa("sdpa_flash", SDPBackend.FLASH_ATTENTION),
@@ -100,7 +104,7 @@ IMPLS = {
         Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
     ]
 }
-SHORT = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_nosplit": "ours-1split", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
@@ -192,7 +196,47 @@ def decode_suite(args, timer):
     inputs = lambda s: (randn(s["B"], s["Lq"], s["Hq"], s["D"]), randn(s["B"], s["Lk"], s["Hkv"], s["D"]),
                         randn(s["B"], s["Lk"], s["Hkv"], s["D"]))
     impls = [i for i in args.impls if not IMPLS[i].eager]
+    if "tileattn" in impls:
+        impls.insert(impls.index("tileattn") + 1, "tileattn_nosplit")
     return run_rows(timer, shapes, impls, inputs, ("tbps", kv_bytes), "TB/s", 0)
+
+
+VARLEN_MIXES = {
+    "uniform 8x2048": [2048] * 8,
+    "mixed 8k..64": [8192, 4096, 2048, 1024, 512, 256, 128, 64, 64],
+}
+
+
+def varlen_suite(args, timer):
+    """Packed batches of 16k tokens (bf16, D=128, 32 query heads on 8 KV heads) through
+    tileattn.flash_attn_varlen_func, beside the dense kernel on the same sequences (one dense
+    call per length, timed the same way): TFLOP/s over the sum of 4 L^2 H D (halved when causal)."""
+    Hq, Hkv, D = 32, 8, 128
+    rows = []
+    for mix, lens in VARLEN_MIXES.items():
+        for causal in (False, True):
+            flops = sum(4.0 * L * L * Hq * D for L in lens) / (2 if causal else 1) / 1e9
+            total = sum(lens)
+            q, k, v = randn(total, Hq, D), randn(total, Hkv, D), randn(total, Hkv, D)
+            cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
+            shape = dict(suite="varlen", mix=mix, causal=causal, tokens=total)
+            call = lambda: tileattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+            varlen = timer.time(call)
+            graph = timer.time_graph(call)
+            # The dense kernel on each length of the mix (identical lengths measured once).
+            dense_ms = 0.0
+            for L in sorted(set(lens)):
+                n = lens.count(L)
+                dq, dk, dv = randn(n, L, Hq, D), randn(n, L, Hkv, D), randn(n, L, Hkv, D)
+                dense_ms += timer.time(lambda: tileattn.attention(dq, dk, dv, causal=causal))["ms"]
+                del dq, dk, dv
+            rows.append(dict(shape, impl="tileattn", ms=varlen["ms"], tflops=flops / varlen["ms"],
+                             graph_ms=graph["ms"], graph_tflops=flops / graph["ms"], sm_mhz=varlen["sm_mhz"]))
+            rows.append(dict(shape, impl="tileattn_dense", ms=dense_ms, tflops=flops / dense_ms))
+            print(rows[-2], rows[-1], file=sys.stderr, flush=True)
+            del q, k, v
+            release_memory()
+    return rows
 
 
 def overhead_suite(args, timer, calls=2000):
@@ -329,6 +373,13 @@ def print_tables(rows, copy_tbps):
     table("decode", ("B", "Lk"), "tbps", impls)
     if copy_tbps:
         print(f"(copy ceiling {copy_tbps:.2f} TB/s)")
+    for r in rows:
+        if r["suite"] == "varlen" and r["impl"] == "tileattn":
+            dense = next(x for x in rows if x["suite"] == "varlen" and x["impl"] == "tileattn_dense"
+                         and x["mix"] == r["mix"] and x["causal"] == r["causal"])
+            print(f"varlen {r['mix']:16s} causal={int(r['causal'])}: {r['tflops']:6.1f} TFLOP/s "
+                  f"(graph {r['graph_tflops']:6.1f}), dense kernel on the same sequences {dense['tflops']:6.1f}: "
+                  f"{r['tflops'] / dense['tflops']:.3f}x")
     over = [r for r in rows if r["suite"] == "overhead"]
     if over:
         print("\noverhead (B=1 L=128 H=8 D=64): us per call")
@@ -342,12 +393,12 @@ def print_tables(rows, copy_tbps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suites", default="gap,forward,decode,overhead")
+    ap.add_argument("--suites", default="gap,forward,decode,varlen,overhead")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i != "sdpa_default"))
+    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit")))
     ap.add_argument("--eager-max-len", type=int, default=4096,
                     help="eager baselines only up to this L (past it S and P only grow)")
     ap.add_argument("--warmup", type=int, default=10)

@@ -12,7 +12,7 @@
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
-#             suites from BENCH_SUITES (default gap,forward,decode,overhead); plot.py (PNGs)
+#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead); plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
 # Stages run in the order given (default: build test sanitize python bench traffic). With
 # DEADLINE=S, a stage that would start after S seconds is skipped (a time-boxed run). Everything goes to OUTDIR: logs.txt (every step's output),
@@ -116,7 +116,7 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
 run_bench() {
   run_install
   step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
-    --suites "${BENCH_SUITES:-gap,forward,decode,overhead}" --tileattn-cli "$BUILD/tools/tileattn"
+    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead}" --tileattn-cli "$BUILD/tools/tileattn"
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
 }
 run_traffic() {

@@ -58,7 +58,8 @@ def decode(rows, meta):
     if not rows:
         return
     get = {(r["B"], r["Lk"], r["impl"]): r for r in rows}
-    impls = [i for i in ("tileattn", "sdpa_cudnn", "sdpa_flash", "tileattn_sm80") if any(k[2] == i for k in get)]
+    impls = [i for i in ("tileattn", "tileattn_nosplit", "sdpa_cudnn", "sdpa_flash", "tileattn_sm80")
+             if any(k[2] == i for k in get)]
     print(f"\nDecode, 1 query, 32 query heads on 8 KV heads, D=128: K/V read TB/s "
           f"(copy ceiling {meta.get('copy_tbps', 0):.2f}):\n")
     print("| B | Lk | " + " | ".join(impls) + " | ours / cuDNN |")
@@ -67,6 +68,22 @@ def decode(rows, meta):
         vals = [get.get((b, lk, i), {}).get("tbps") for i in impls]
         print(f"| {b} | {lk} | " + " | ".join(f"{v:.2f}" if v else "-" for v in vals) + " | "
               + ratio(vals[0], get.get((b, lk, "sdpa_cudnn"), {}).get("tbps")) + " |")
+
+
+def varlen(rows):
+    rows = [r for r in rows if r["suite"] == "varlen"]
+    if not rows:
+        return
+    print("\nVarlen prefill, 16k tokens packed, bf16, D=128, 32/8 heads: TFLOP/s (plain / graph) beside the "
+          "dense kernel on the same sequences:\n")
+    print("| lengths | causal | varlen | graph | dense | varlen / dense |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if r["impl"] != "tileattn":
+            continue
+        d = next(x for x in rows if x["impl"] == "tileattn_dense" and x["mix"] == r["mix"] and x["causal"] == r["causal"])
+        print(f"| {r['mix']} | {'yes' if r['causal'] else 'no'} | {r['tflops']:.0f} | {r['graph_tflops']:.0f} | "
+              f"{d['tflops']:.0f} | {r['tflops'] / d['tflops']:.3f} |")
 
 
 def overhead(rows):
@@ -86,6 +103,7 @@ def main():
     print(f"From {sys.argv[1]} (commit {doc['meta'].get('commit')}, {doc['meta']['gpu']}, {doc['meta']['date'][:10]})\n")
     forward(doc["rows"])
     decode(doc["rows"], doc["meta"])
+    varlen(doc["rows"])
     overhead(doc["rows"])
 
 
