@@ -92,7 +92,7 @@ TensorRef from_dlpack(const Array& a, const std::string& name, bool u16_is_bf16,
 
 // torch's classes and dtypes, looked up once torch is imported (it never is by tileattn's core).
 struct Torch {
-  PyObject* tensor = nullptr;  // torch.Tensor (exact type: subclasses take the DLPack road)
+  PyObject* tensor = nullptr;  // torch.Tensor (subclasses too: nn.Parameter, tensors that require grad)
   PyObject* float32 = nullptr;
   PyObject* float16 = nullptr;
   PyObject* bfloat16 = nullptr;
@@ -167,7 +167,8 @@ void raise_argument_error(PyObject* type, const std::string& argument, const std
 }
 
 TensorRef Arrays::read(nb::handle obj, const std::string& name, bool writable, const char* layout) {
-  if (const Torch* torch = torch_if_loaded(); torch && Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch->tensor))
+  if (const Torch* torch = torch_if_loaded();
+      torch && PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(torch->tensor)))
     return from_torch(*torch, obj, name, layout);
   auto fail = [&] {
     const std::string type_name = nb::type_name(obj.type()).c_str();

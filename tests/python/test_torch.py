@@ -369,3 +369,10 @@ def test_opcheck_cuda(case):
 def test_compile_cuda(dtype):
     torch._dynamo.reset()
     check_compiled_block("cuda", dtype, backend="inductor")
+
+
+def test_parameters_and_grad_tensors_under_no_grad():
+    q, k, v = make_qkv(1, 9, 9, 2, 2, 16, torch.float32)
+    qp = torch.nn.Parameter(q.clone())
+    with torch.no_grad():
+        torch.testing.assert_close(tileattn.attention(qp, k, v), tileattn.attention(q, k, v), rtol=0, atol=0)
