@@ -183,12 +183,15 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   // Outputs must not overlap themselves, the inputs, or the index tensors.
   if (self_overlapping(out)) return Error("out", "strides overlap (a written element would alias another)");
   if (lse && self_overlapping(*lse)) return Error("lse", "strides overlap (a written element would alias another)");
-  std::vector<std::pair<std::string, const TensorRef*>> inputs = {{"q", &q}, {"k", &k}, {"v", &v}};
-  inputs.insert(inputs.end(), index.tensors.begin(), index.tensors.end());
-  for (const auto& [name, t] : inputs) {
-    if (overlaps(out, *t)) return Error("out", "overlaps " + name + " in memory");
-    if (lse && overlaps(*lse, *t)) return Error("lse", "overlaps " + name + " in memory");
-  }
+  const auto overlap_error = [&](const std::string& name, const TensorRef& t) -> std::optional<Error> {
+    if (overlaps(out, t)) return Error("out", "overlaps " + name + " in memory");
+    if (lse && overlaps(*lse, t)) return Error("lse", "overlaps " + name + " in memory");
+    return std::nullopt;
+  };
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"q", &q}, {"k", &k}, {"v", &v}})
+    if (auto e = overlap_error(name, *t)) return e;
+  for (const auto& [name, t] : index.tensors)
+    if (auto e = overlap_error(name, *t)) return e;
   if (lse && overlaps(*lse, out)) return Error("lse", "overlaps out in memory");
 
   // Options.

@@ -17,7 +17,7 @@ int cuda_num_splits(int64_t tiles, int64_t sms, int64_t key_blocks, int max_spli
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
   for (int64_t s = 1; s <= limit; ++s)
-    if (efficiency(s) >= 0.85 * best) return static_cast<int>(s);
+    if (efficiency(s) >= 0.95 * best) return static_cast<int>(s);
   return 1;
 }
 

@@ -7,8 +7,9 @@ namespace tileattn::detail {
 
 // CUDA: tiles = CTAs' worth of work without splitting (query tiles x heads x batch), sms = the
 // GPU's SMs, key_blocks = key blocks of the longest tile. One split while the tiles fill most
-// of the SMs; else the fewest splits whose last wave is as full as nearly the best count makes
-// it, keeping >= 2 key blocks a split. At most max_splits.
+// of the SMs; else the fewest splits whose last wave is within 5% as full as the best count
+// makes it (decoding is bound by memory: an SM left idle costs its share of the bandwidth, one
+// more split only a little merging), keeping >= 2 key blocks a split. At most max_splits.
 int cuda_num_splits(int64_t tiles, int64_t sms, int64_t key_blocks, int max_splits);
 
 // CPU: items = work items without splitting (query tiles x heads x batch), key_blocks = key

@@ -6,7 +6,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
+#include <atomic>
 #include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
 
 #include "common/mask.h"
 #include "common/params.h"
@@ -26,6 +32,17 @@ void for_dtype_and_mask(const AttnParams& p, F&& f) {
     with_mask(__nv_bfloat16{});
   else
     with_mask(__half{});
+}
+
+// A kernel's opt-in to more than 48 KB of dynamic shared memory: an attribute of the kernel on
+// each device, set once per device (the driver call costs microseconds a launch otherwise).
+// The kernel is the template argument, so each kernel has its own record.
+template <auto kKernel>
+void set_max_dynamic_smem(int bytes, int device) {
+  static std::array<std::atomic<bool>, 64> done{};
+  if (device >= 0 && device < 64 && done[device].load(std::memory_order_acquire)) return;
+  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (device >= 0 && device < 64) done[device].store(true, std::memory_order_release);
 }
 
 // Split counts are capped so that the grid's tiles stay below 2^31.

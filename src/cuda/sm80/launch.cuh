@@ -20,9 +20,7 @@ void launch(const AttnParams& p) {
   const int splits =
       cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
   auto* kernel = &attention_fwd_sm80<Tiles, T, Mask>;
-  // Above 48 KB dynamic shared memory is opt-in, per device, so this is set on every launch.
-  TILEATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
+  cuda::set_max_dynamic_smem<&attention_fwd_sm80<Tiles, T, Mask>>(kCfg.smem_bytes(), p.device_index);
   cuda::run_split(p, cuda::make_kernel_params(p, kCfg.block_m, 1, splits), [&](const cuda::KernelParams& kp) {
     kernel<<<dim3(static_cast<unsigned>(kp.tiles)), Tiles::kCfg.threads(), Tiles::kCfg.smem_bytes(),
              static_cast<cudaStream_t>(p.cuda_stream)>>>(kp);

@@ -72,7 +72,7 @@ void launch(const AttnParams& p, int pack, int splits) {
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, kCfg.block_n);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask, kServing>;
-  TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCfg.smem_bytes()));
+  cuda::set_max_dynamic_smem<&attention_fwd_sm90<Cfg, T, Mask, kServing>>(kCfg.smem_bytes(), p.device_index);
   cuda::run_split(p, cuda::make_kernel_params(p, kCfg.block_m(), pack, splits), [&](const cuda::KernelParams& kp) {
     int64_t ctas = kp.tiles;
     // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by

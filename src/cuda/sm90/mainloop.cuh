@@ -150,6 +150,35 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
   if (lane == 0) mbarrier_arrive(empty);
 }
 
+// A consumer whose 64 rows all lie past the tile's rows (decoding: a few packed rows of 128 or
+// 192): it waits for each stage, takes its turns and releases the stages like the others, but
+// issues no GEMM, so the tensor cores serve the rows that exist. A path of its own, so the
+// mainloop's wgmma pipeline stays branch-free.
+template <class Cfg>
+__device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn, const Pipe& pipe,
+                                          int lane) {
+  const int64_t blocks = w.blocks();
+  if (blocks == 0) return;
+  if constexpr (!Cfg::kCfg.persistent) turn.start();
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks) {
+      const Slot<Cfg> sk(pipe.ring + j);
+      mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+    }
+    if (j > 0) {
+      const Slot<Cfg> sv(pipe.ring + j - 1);
+      if (j == blocks && w.tail)
+        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
+      else
+        mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+    }
+    turn.wait();
+    turn.pass(j == blocks);
+    if (j < blocks) release(sm.k_empty(Slot<Cfg>(pipe.ring + j).stage), lane);
+    if (j > 0) release(sm.v_empty(Slot<Cfg>(pipe.ring + j - 1).stage), lane);
+  }
+}
+
 // A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 template <class Cfg, class T, class Mask, bool kServing>
@@ -186,7 +215,9 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 
   mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
   const int64_t blocks = w.blocks();
-  if (blocks > 0) {
+  if (64 * consumer >= w.rows) {
+    idle_tile<Cfg>(sm, w, turn, pipe, lane);
+  } else if (blocks > 0) {
     if constexpr (!kCfg.persistent) turn.start();
     {
       const Slot<Cfg> sk(pipe.ring);
