@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 jobs=$(nproc)
 
+echo "== Budget: formatting, file sizes, generated code"
+bash scripts/check_budget.sh
+
 echo "== C++: configure, build, test (Release)"
 cmake --preset release
 cmake --build --preset release -j "$jobs"

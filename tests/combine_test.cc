@@ -33,7 +33,12 @@ TensorRef rank5(const HostTensor& t, int64_t S, int64_t B) {
 Partials random_partials(int64_t S, int64_t B, int64_t L, int64_t H, int64_t D, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Partials p{HostTensor::contiguous(DType::kFloat32, {S * B, L, H, D}),
-             HostTensor::contiguous(DType::kFloat32, {S, B, H, L}), S, B, L, H, D};
+             HostTensor::contiguous(DType::kFloat32, {S, B, H, L}),
+             S,
+             B,
+             L,
+             H,
+             D};
   p.o.fill_normal(rng);
   p.lse.fill_normal(rng, 4.0);
   // Row (b=0, l=1, h=0): splits 1 and 3 empty, their outputs garbage (NaN). Row (b=1, l=0, h=*):
@@ -55,8 +60,10 @@ std::pair<std::vector<double>, double> expected(const Partials& p, int64_t b, in
   bool nan = false;
   for (int64_t s = 0; s < p.S; ++s) {
     const double x = p.lse.get({s, b, h, l});
-    if (std::isnan(x)) nan = true;
-    else m = std::max(m, x);
+    if (std::isnan(x))
+      nan = true;
+    else
+      m = std::max(m, x);
   }
   std::vector<double> out(p.D, 0.0);
   if (nan) return {std::vector<double>(p.D, std::numeric_limits<double>::quiet_NaN()), std::nan("")};
@@ -77,13 +84,18 @@ void expect_merged(const Partials& p, const HostTensor& out, const HostTensor& l
       for (int64_t h = 0; h < p.H; ++h) {
         const auto [o, x] = expected(p, b, l, h);
         const double got = lse.get({b, h, l, 0});
-        if (std::isnan(x)) EXPECT_TRUE(std::isnan(got)) << b << "," << l << "," << h;
-        else if (std::isinf(x)) EXPECT_EQ(got, x) << b << "," << l << "," << h;
-        else EXPECT_NEAR(got, x, 1e-5 * std::max(1.0, std::abs(x))) << b << "," << l << "," << h;
+        if (std::isnan(x))
+          EXPECT_TRUE(std::isnan(got)) << b << "," << l << "," << h;
+        else if (std::isinf(x))
+          EXPECT_EQ(got, x) << b << "," << l << "," << h;
+        else
+          EXPECT_NEAR(got, x, 1e-5 * std::max(1.0, std::abs(x))) << b << "," << l << "," << h;
         for (int64_t d = 0; d < p.D; ++d) {
           const double v = out.get({b, l, h, d});
-          if (std::isnan(o[d])) EXPECT_TRUE(std::isnan(v));
-          else EXPECT_NEAR(v, o[d], tol) << "out[" << b << "," << l << "," << h << "," << d << "]";
+          if (std::isnan(o[d]))
+            EXPECT_TRUE(std::isnan(v));
+          else
+            EXPECT_NEAR(v, o[d], tol) << "out[" << b << "," << l << "," << h << "," << d << "]";
         }
       }
 }
@@ -121,7 +133,8 @@ TEST(Combine, OneSplitIsItself) {
 // combine() is forward on all keys.
 TEST(Combine, KeyRangesMergeToTheWhole) {
   Problem prob;
-  prob.batch = 2, prob.seqlen_q = 33, prob.seqlen_k = 300, prob.heads_q = 4, prob.heads_kv = 2, prob.head_dim = 24;
+  prob.batch = 2, prob.seqlen_q = 33, prob.seqlen_k = 300, prob.heads_q = 4, prob.heads_kv = 2,
+  prob.head_dim = 24;
   Case c(prob, 5);
   const Result whole = run_forward(c);
   const int64_t cuts[] = {0, 70, 71, 300};  // one range of a single key

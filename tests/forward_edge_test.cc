@@ -270,7 +270,8 @@ TEST(Extremes, WindowsPastEveryKeyAreUnbounded) {
   causal.window_left = -1;
   causal.causal = true;
   const Result wide_left = run_forward(c, options), plain_causal = run_forward(c, causal);
-  for (int64_t i = 0; i < p.seqlen_q; ++i) ASSERT_EQ(wide_left.lse.get({0, 0, i}), plain_causal.lse.get({0, 0, i}));
+  for (int64_t i = 0; i < p.seqlen_q; ++i)
+    ASSERT_EQ(wide_left.lse.get({0, 0, i}), plain_causal.lse.get({0, 0, i}));
 }
 
 }  // namespace

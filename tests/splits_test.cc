@@ -1,20 +1,20 @@
 // splits_test.cc: the split-KV count heuristics (dispatch/splits.h).
-#include <gtest/gtest.h>
-
 #include "dispatch/splits.h"
+
+#include <gtest/gtest.h>
 
 namespace tileattn::detail {
 namespace {
 
 TEST(CudaSplits, OneWhileTheTilesFillTheSms) {
-  EXPECT_EQ(cuda_num_splits(106, 132, 1000, 256), 1);   // >= 80% of 132 SMs
+  EXPECT_EQ(cuda_num_splits(106, 132, 1000, 256), 1);  // >= 80% of 132 SMs
   EXPECT_EQ(cuda_num_splits(5000, 132, 1000, 256), 1);
   EXPECT_EQ(cuda_num_splits(0, 132, 1000, 256), 1);
 }
 
 TEST(CudaSplits, DecodingFillsTheSms) {
-  EXPECT_EQ(cuda_num_splits(8, 132, 1024, 256), 16);  // 128 CTAs of 132
-  EXPECT_EQ(cuda_num_splits(64, 132, 128, 256), 2);   // 128 CTAs
+  EXPECT_EQ(cuda_num_splits(8, 132, 1024, 256), 16);   // 128 CTAs of 132
+  EXPECT_EQ(cuda_num_splits(64, 132, 128, 256), 2);    // 128 CTAs
   EXPECT_EQ(cuda_num_splits(1, 132, 1024, 256), 126);  // the fewest within 5% of a full wave
 }
 

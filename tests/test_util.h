@@ -66,7 +66,7 @@ class HostTensor {
   void fill_normal(std::mt19937_64& rng, double stddev = 1.0);
   // Outputs: view elements get the poison NaN pattern, gaps the sentinel.
   void poison();
-  int64_t count_unwritten() const;     // view elements that still hold the poison pattern
+  int64_t count_unwritten() const;  // view elements that still hold the poison pattern
   bool is_poison(const Index& idx) const;
   int64_t count_gaps_changed() const;  // gap elements that lost the sentinel
   const std::vector<std::byte>& bytes() const { return bytes_; }
@@ -128,7 +128,8 @@ struct Case {
   void run_oracle();
   // The varlen description of this case over index tensor views `view` makes of the four
   // index tensors above (host views for the CPU, device copies for CUDA); *refs holds them.
-  Seqlens seqlens(const std::function<TensorRef(const HostTensor&)>& view, std::array<TensorRef, 4>* refs) const;
+  Seqlens seqlens(const std::function<TensorRef(const HostTensor&)>& view,
+                  std::array<TensorRef, 4>* refs) const;
 };
 
 struct Result {

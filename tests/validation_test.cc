@@ -118,7 +118,8 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"q_rank3", [](Args& a) { a.rq.rank = 3; }, "q", "rank 3"});
   c.push_back({"q_rank0", [](Args& a) { a.rq.rank = 0; }, "q", "rank 0"});
   c.push_back({"q_rank_negative", [](Args& a) { a.rq.rank = -1; }, "q", "rank -1"});
-  c.push_back({"q_rank_above_max", [](Args& a) { a.rq.rank = kMaxRank + 1; }, "q", "rank " + std::to_string(kMaxRank + 1)});
+  c.push_back({"q_rank_above_max", [](Args& a) { a.rq.rank = kMaxRank + 1; }, "q",
+               "rank " + std::to_string(kMaxRank + 1)});
   c.push_back({"k_rank2", [](Args& a) { a.rk.rank = 2; }, "k", "rank 2"});
   c.push_back({"v_rank3", [](Args& a) { a.rv.rank = 3; }, "v", "rank 3"});
   c.push_back({"out_rank1", [](Args& a) { a.rout.rank = 1; }, "out", "rank 1"});

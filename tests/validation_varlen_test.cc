@@ -41,23 +41,53 @@ struct Bad {
 
 std::vector<Bad> bad_cases() {
   return {
-      {"cu_q_not_monotonic", [](VarArgs& a) { a.set(0, {0, 3, 2, 8}); }, "seqlens.cu_seqlens_q", "entry 2 is 2"},
-      {"cu_q_first", [](VarArgs& a) { a.set(0, {1, 3, 3, 8}); }, "seqlens.cu_seqlens_q", "entry 0 is 1, expected 0"},
-      {"cu_q_last", [](VarArgs& a) { a.set(0, {0, 3, 3, 7}); }, "seqlens.cu_seqlens_q", "expected q's row count 8"},
-      {"cu_k_last", [](VarArgs& a) { a.set(1, {0, 4, 6, 13}); }, "seqlens.cu_seqlens_k", "expected k's row count 12"},
-      {"used_k_past_length", [](VarArgs& a) { a.set(3, {4, 3, 6}); }, "seqlens.seqused_k", "entry 1 is 3, outside 0..2"},
-      {"used_k_negative", [](VarArgs& a) { a.set(3, {-1, 1, 6}); }, "seqlens.seqused_k", "entry 0 is -1"},
-      {"max_q_too_small", [](VarArgs& a) { a.s.max_seqlen_q = 4; }, "seqlens.max_seqlen_q", "4 is less than sequence 2's length 5"},
-      {"cu_q_fp32", [](VarArgs& a) { a.refs[0].dtype = DType::kFloat32; }, "seqlens.cu_seqlens_q", "dtype fp32, expected int32"},
+      {"cu_q_not_monotonic",
+       [](VarArgs& a) {
+         a.set(0, {0, 3, 2, 8});
+       },
+       "seqlens.cu_seqlens_q", "entry 2 is 2"},
+      {"cu_q_first",
+       [](VarArgs& a) {
+         a.set(0, {1, 3, 3, 8});
+       },
+       "seqlens.cu_seqlens_q", "entry 0 is 1, expected 0"},
+      {"cu_q_last",
+       [](VarArgs& a) {
+         a.set(0, {0, 3, 3, 7});
+       },
+       "seqlens.cu_seqlens_q", "expected q's row count 8"},
+      {"cu_k_last",
+       [](VarArgs& a) {
+         a.set(1, {0, 4, 6, 13});
+       },
+       "seqlens.cu_seqlens_k", "expected k's row count 12"},
+      {"used_k_past_length",
+       [](VarArgs& a) {
+         a.set(3, {4, 3, 6});
+       },
+       "seqlens.seqused_k", "entry 1 is 3, outside 0..2"},
+      {"used_k_negative",
+       [](VarArgs& a) {
+         a.set(3, {-1, 1, 6});
+       },
+       "seqlens.seqused_k", "entry 0 is -1"},
+      {"max_q_too_small", [](VarArgs& a) { a.s.max_seqlen_q = 4; }, "seqlens.max_seqlen_q",
+       "4 is less than sequence 2's length 5"},
+      {"cu_q_fp32", [](VarArgs& a) { a.refs[0].dtype = DType::kFloat32; }, "seqlens.cu_seqlens_q",
+       "dtype fp32, expected int32"},
       {"cu_q_rank2", [](VarArgs& a) { a.refs[0].rank = 2; }, "seqlens.cu_seqlens_q", "rank 2"},
-      {"cu_k_entries", [](VarArgs& a) { a.refs[1].shape[0] = 3; }, "seqlens.cu_seqlens_k", "has 3 entries, expected 4"},
-      {"used_k_entries", [](VarArgs& a) { a.refs[3].shape[0] = 2; }, "seqlens.seqused_k", "has 2 entries, expected 3"},
+      {"cu_k_entries", [](VarArgs& a) { a.refs[1].shape[0] = 3; }, "seqlens.cu_seqlens_k",
+       "has 3 entries, expected 4"},
+      {"used_k_entries", [](VarArgs& a) { a.refs[3].shape[0] = 2; }, "seqlens.seqused_k",
+       "has 2 entries, expected 3"},
       {"cu_q_strided", [](VarArgs& a) { a.refs[0].stride[0] = 2; }, "seqlens.cu_seqlens_q", "stride 2"},
-      {"cu_k_on_gpu", [](VarArgs& a) { a.refs[1].device = Device::cuda(0); }, "seqlens.cu_seqlens_k", "is on cuda:0"},
+      {"cu_k_on_gpu", [](VarArgs& a) { a.refs[1].device = Device::cuda(0); }, "seqlens.cu_seqlens_k",
+       "is on cuda:0"},
       {"q_rank4", [](VarArgs& a) { a.q.rank = 4; }, "q", "rank 4"},
       {"lse_total", [](VarArgs& a) { a.lse.shape[1] = 7; }, "lse", "total_q (dim 1) is 7, expected 8"},
       {"splits_negative", [](VarArgs& a) { a.options.num_splits = -1; }, "options.num_splits", "-1"},
-      {"splits_too_many", [](VarArgs& a) { a.options.num_splits = kMaxSplits + 1; }, "options.num_splits", "257"},
+      {"splits_too_many", [](VarArgs& a) { a.options.num_splits = kMaxSplits + 1; }, "options.num_splits",
+       "257"},
   };
 }
 

@@ -65,8 +65,9 @@ std::vector<Problem> varlen_problems() {
 
 class Varlen : public testing::TestWithParam<Problem> {};
 TEST_P(Varlen, EachSequenceMatchesOracle) { check(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cpu, Varlen, testing::ValuesIn(varlen_problems()),
-                         [](const auto& info) { return info.param.name() + "_" + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Cpu, Varlen, testing::ValuesIn(varlen_problems()), [](const auto& info) {
+  return info.param.name() + "_" + std::to_string(info.index);
+});
 
 // Split counts from one to more than there are key blocks (64 keys a block on the CPU), on
 // decode shapes and on a causal prefill; the heuristic (0) too.
@@ -93,8 +94,9 @@ std::vector<Problem> split_problems() {
 
 class Splits : public testing::TestWithParam<Problem> {};
 TEST_P(Splits, MatchOracle) { check(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cpu, Splits, testing::ValuesIn(split_problems()),
-                         [](const auto& info) { return info.param.name() + "_" + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Cpu, Splits, testing::ValuesIn(split_problems()), [](const auto& info) {
+  return info.param.name() + "_" + std::to_string(info.index);
+});
 
 TEST(Splits, SameBitsForAnyThreadCount) {
   Problem p = base(DType::kFloat32, 2, 1, 64);

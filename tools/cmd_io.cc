@@ -38,7 +38,10 @@ int run_io(const IoArgs& a) {
   std::printf("problem  B=%lld Hq=%lld Hkv=%lld D=%lld %s, %s; tiles Br x Bc of the %s kernel%s\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.heads),
               static_cast<long long>(kv_heads), static_cast<long long>(a.head_dim), dtype_name(dtype),
-              a.causal ? "causal" : "not causal", a.kernel == "cpu" ? "CPU" : a.kernel == "sm90" ? "GPU (sm90)" : "GPU (sm80)",
+              a.causal ? "causal" : "not causal",
+              a.kernel == "cpu"    ? "CPU"
+              : a.kernel == "sm90" ? "GPU (sm90)"
+                                   : "GPU (sm80)",
               a.block_q > 0 || a.block_k > 0 ? ", as overridden by --block-q/--block-k" : "");
   std::printf("eager    Q, K read; S written, read; P written, read; V read; O, LSE written\n");
   std::printf("tiled    Q read once; K, V read once per query tile; O, LSE written once\n\n");

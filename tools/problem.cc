@@ -83,7 +83,8 @@ void AttentionData::poison_outputs() {
 Buffer AttentionData::out_on_host() const { return copy_to(out_, Device::cpu()); }
 Buffer AttentionData::lse_on_host() const { return copy_to(lse_, Device::cpu()); }
 
-void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats, bool with_lse) {
+void run_impl(Impl impl, const AttentionData& data, const Options& options, EagerStats* stats,
+              bool with_lse) {
   const TensorRef lse = data.lse();
   const TensorRef* lse_ptr = with_lse ? &lse : nullptr;
   if (impl == Impl::kTiled)

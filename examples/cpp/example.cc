@@ -25,7 +25,8 @@ int main() {
   options.causal = true;
   tileattn::forward(Q, K, V, O, &LSE, options);  // throws tileattn::Error on bad input
 
-  tileattn::eager(Q, K, V, TensorRef::contiguous(ref.data(), DType::kFloat32, {B, L, H, D}), nullptr, options);
+  tileattn::eager(Q, K, V, TensorRef::contiguous(ref.data(), DType::kFloat32, {B, L, H, D}), nullptr,
+                  options);
   float max_diff = 0;
   for (size_t i = 0; i < out.size(); ++i) max_diff = std::fmax(max_diff, std::fabs(out[i] - ref[i]));
   std::printf("tileattn %s: max |tiled - eager| = %.2e\n", tileattn::version(), max_diff);

@@ -26,8 +26,8 @@ void forward(const TensorRef& q, const TensorRef& k, const TensorRef& v, const T
              const TensorRef* lse, const Options& options = {});
 
 // Whether forward() accepts these arguments, and which kernel it would run.
-Support supported(const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                  const TensorRef& out, const TensorRef* lse, const Options& options = {});
+Support supported(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                  const TensorRef* lse, const Options& options = {});
 
 // The fp64 oracle (CPU tensors only): S and P materialized per row in double precision.
 // Inputs of any dtype; out and lse of any dtype (fp64 keeps every digit).
@@ -36,9 +36,8 @@ void reference(const TensorRef& q, const TensorRef& k, const TensorRef& v, const
 
 // Only rows [row_begin, row_end) of every (batch, head): lets a caller check a sample of rows of
 // a long problem. Rows outside the range are not written.
-void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                    const TensorRef& out, const TensorRef* lse, const Options& options,
-                    int64_t row_begin, int64_t row_end);
+void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                    const TensorRef* lse, const Options& options, int64_t row_begin, int64_t row_end);
 
 struct EagerStats {
   int64_t extra_bytes = 0;  // peak memory eager allocated beyond its inputs and outputs (S and P)

@@ -9,7 +9,9 @@ namespace tileattn {
 class Error : public std::invalid_argument {
  public:
   Error(std::string argument, std::string message)
-      : std::invalid_argument(argument + ": " + message), argument_(std::move(argument)), message_(std::move(message)) {}
+      : std::invalid_argument(argument + ": " + message),
+        argument_(std::move(argument)),
+        message_(std::move(message)) {}
   // The argument at fault: "q", "k", "v", "out", "lse", "options.window_left", ...
   const std::string& argument() const { return argument_; }
   // What is wrong with it (what() is "argument: message").

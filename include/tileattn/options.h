@@ -35,8 +35,8 @@ struct Options {
 
   Kernel kernel = Kernel::kAuto;
   Rescale rescale = Rescale::kConditional;
-  int num_threads = 0;             // CPU threads; 0 = OpenMP's default. Results do not depend on it.
-  void* cuda_stream = nullptr;     // a cudaStream_t; nullptr = the legacy default stream
+  int num_threads = 0;          // CPU threads; 0 = OpenMP's default. Results do not depend on it.
+  void* cuda_stream = nullptr;  // a cudaStream_t; nullptr = the legacy default stream
 };
 
 inline constexpr int kMaxSplits = 256;

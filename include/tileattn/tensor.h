@@ -47,7 +47,7 @@ struct TensorRef {
 };
 
 std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "fp32", "fp16", "bf16", "fp64", "int32"
+const char* dtype_name(DType dtype);            // "fp32", "fp16", "bf16", "fp64", "int32"
 std::string device_name(const Device& device);  // "cpu", "cuda:0"
 std::string shape_string(const TensorRef& t);   // "[2, 128, 8, 64]"
 

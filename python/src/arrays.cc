@@ -10,13 +10,26 @@ namespace {
 std::string dtype_string(nb::dlpack::dtype dt) {
   std::string name;
   switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
-    case nb::dlpack::dtype_code::Int: name = "int"; break;
-    case nb::dlpack::dtype_code::UInt: name = "uint"; break;
-    case nb::dlpack::dtype_code::Float: name = "float"; break;
-    case nb::dlpack::dtype_code::Bfloat: name = "bfloat"; break;
-    case nb::dlpack::dtype_code::Complex: name = "complex"; break;
-    case nb::dlpack::dtype_code::Bool: return "bool";
-    default: name = "dlpack-code-" + std::to_string(dt.code) + "-bits-"; break;
+    case nb::dlpack::dtype_code::Int:
+      name = "int";
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      name = "uint";
+      break;
+    case nb::dlpack::dtype_code::Float:
+      name = "float";
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      name = "bfloat";
+      break;
+    case nb::dlpack::dtype_code::Complex:
+      name = "complex";
+      break;
+    case nb::dlpack::dtype_code::Bool:
+      return "bool";
+    default:
+      name = "dlpack-code-" + std::to_string(dt.code) + "-bits-";
+      break;
   }
   name += std::to_string(dt.bits);
   if (dt.lanes != 1) name += "x" + std::to_string(dt.lanes);
@@ -126,12 +139,18 @@ const Torch* torch_if_loaded() {
 TensorRef from_torch(const Torch& torch, nb::handle obj, const std::string& name, const char* layout) {
   TensorRef t;
   const nb::object dtype = obj.attr("dtype");
-  if (dtype.ptr() == torch.float32) t.dtype = DType::kFloat32;
-  else if (dtype.ptr() == torch.float16) t.dtype = DType::kFloat16;
-  else if (dtype.ptr() == torch.bfloat16) t.dtype = DType::kBFloat16;
-  else if (dtype.ptr() == torch.float64) t.dtype = DType::kFloat64;
-  else if (dtype.ptr() == torch.int32) t.dtype = DType::kInt32;
-  else raise_unsupported_dtype(name, nb::cast<std::string>(nb::str(dtype)).substr(6));  // "torch.int32"
+  if (dtype.ptr() == torch.float32)
+    t.dtype = DType::kFloat32;
+  else if (dtype.ptr() == torch.float16)
+    t.dtype = DType::kFloat16;
+  else if (dtype.ptr() == torch.bfloat16)
+    t.dtype = DType::kBFloat16;
+  else if (dtype.ptr() == torch.float64)
+    t.dtype = DType::kFloat64;
+  else if (dtype.ptr() == torch.int32)
+    t.dtype = DType::kInt32;
+  else
+    raise_unsupported_dtype(name, nb::cast<std::string>(nb::str(dtype)).substr(6));  // "torch.int32"
   if (nb::cast<bool>(obj.attr("is_cuda"))) {
     t.device = Device::cuda(nb::cast<int>(obj.attr("get_device")()));
   } else if (!nb::cast<bool>(obj.attr("is_cpu"))) {

@@ -17,7 +17,8 @@ namespace nb = nanobind;
 
 // A ValueError or TypeError "argument: message", with the argument also kept as the
 // exception's `argument` attribute.
-[[noreturn]] void raise_argument_error(PyObject* type, const std::string& argument, const std::string& message);
+[[noreturn]] void raise_argument_error(PyObject* type, const std::string& argument,
+                                       const std::string& message);
 
 // Reads the array arguments of one call. DLPack imports stay alive (and so the memory they
 // describe) as long as this object.

@@ -72,7 +72,8 @@ tileattn::Kernel to_kernel(const std::string& name) {
   for (auto k : {tileattn::Kernel::kAuto, tileattn::Kernel::kCpuTiled, tileattn::Kernel::kCudaSm80,
                  tileattn::Kernel::kCudaSm90})
     if (name == tileattn::kernel_name(k)) return k;
-  raise_argument_error(PyExc_ValueError, "kernel", "'" + name + "', expected 'auto', 'cpu', 'sm80' or 'sm90'");
+  raise_argument_error(PyExc_ValueError, "kernel",
+                       "'" + name + "', expected 'auto', 'cpu', 'sm80' or 'sm90'");
 }
 
 int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, nb::handle out_obj,
@@ -170,8 +171,8 @@ NB_MODULE(_C, m) {
                 std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
                 uintptr_t stream, bool u16_is_bf16, std::string kernel, int num_splits) {
           return run(entry, q, k, v, out, lse,
-                     Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16, std::move(kernel),
-                          num_splits, false});
+                     Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16,
+                          std::move(kernel), num_splits, false});
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::kw_only(),
         nb::arg("causal") = false, nb::arg("scale").none() = nb::none(), nb::arg("window_left") = -1,
@@ -189,13 +190,14 @@ NB_MODULE(_C, m) {
     m.def(
         name,
         [entry](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, nb::handle cu_q,
-                nb::handle cu_k, nb::handle used_q, nb::handle used_k, int64_t max_q, int64_t max_k, bool causal,
-                std::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
-                uintptr_t stream, bool u16_is_bf16, std::string kernel, int num_splits, bool check_indices) {
+                nb::handle cu_k, nb::handle used_q, nb::handle used_k, int64_t max_q, int64_t max_k,
+                bool causal, std::optional<double> scale, int64_t window_left, int64_t window_right,
+                double softcap, uintptr_t stream, bool u16_is_bf16, std::string kernel, int num_splits,
+                bool check_indices) {
           const Varlen varlen{cu_q, cu_k, used_q, used_k, max_q, max_k};
           return run(entry, q, k, v, out, lse,
-                     Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16, std::move(kernel),
-                          num_splits, check_indices},
+                     Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16,
+                          std::move(kernel), num_splits, check_indices},
                      &varlen);
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
@@ -206,12 +208,15 @@ NB_MODULE(_C, m) {
         nb::arg("u16_is_bf16") = false, nb::arg("kernel") = "auto", nb::arg("num_splits") = 0,
         nb::arg("check_indices") = false, doc);
   };
-  bind_varlen("forward_varlen", Entry::kForward,
-              "Runs tileattn::forward_varlen: index arrays (int32) or None, maxima (-1: computed on the CPU).");
-  bind_varlen("reference_varlen", Entry::kReference, "Runs the fp64 oracle tileattn::reference_varlen (CPU).");
-  m.def("combine", &combine, nb::arg("out_partial"), nb::arg("lse_partial"), nb::arg("out"), nb::arg("lse").none(),
-        nb::kw_only(), nb::arg("stream") = 0, nb::arg("u16_is_bf16") = false,
-        "Runs tileattn::combine: out_partial [S, B, L, H, D], lse_partial [S, B, H, L] (fp32) into out, lse.");
+  bind_varlen(
+      "forward_varlen", Entry::kForward,
+      "Runs tileattn::forward_varlen: index arrays (int32) or None, maxima (-1: computed on the CPU).");
+  bind_varlen("reference_varlen", Entry::kReference,
+              "Runs the fp64 oracle tileattn::reference_varlen (CPU).");
+  m.def(
+      "combine", &combine, nb::arg("out_partial"), nb::arg("lse_partial"), nb::arg("out"),
+      nb::arg("lse").none(), nb::kw_only(), nb::arg("stream") = 0, nb::arg("u16_is_bf16") = false,
+      "Runs tileattn::combine: out_partial [S, B, L, H, D], lse_partial [S, B, H, L] (fp32) into out, lse.");
 
   m.def(
       "version", [] { return std::string(tileattn::version()); }, "The library's version.");

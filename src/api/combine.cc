@@ -1,7 +1,8 @@
 // combine.cc: the public merge of partial attention states: validate once, run on q's device.
+#include "common/combine.h"
+
 #include <string>
 
-#include "common/combine.h"
 #include "cpu/combine.h"
 #include "tileattn/error.h"
 #include "tileattn/varlen.h"
@@ -16,17 +17,19 @@ std::string str(int64_t x) { return std::to_string(x); }
 
 void check_rank(const char* name, const TensorRef& t, int rank, const char* layout) {
   if (t.rank != rank)
-    throw Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " + str(rank) + " dims " + layout);
+    throw Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " + str(rank) +
+                          " dims " + layout);
   for (int d = 0; d < rank; ++d)
     if (t.shape[d] < 0 || t.stride[d] < 0)
       throw Error(name, "shape " + shape_string(t) + " has a negative size or stride in dim " + str(d));
   if (t.numel() > 0 && t.data == nullptr) throw Error(name, "data is null for shape " + shape_string(t));
 }
 
-void check_dim(const char* name, const TensorRef& t, int d, const char* what, int64_t expected, const char* source) {
+void check_dim(const char* name, const TensorRef& t, int d, const char* what, int64_t expected,
+               const char* source) {
   if (t.shape[d] != expected)
-    throw Error(name, "shape " + shape_string(t) + ": " + what + " (dim " + str(d) + ") is " + str(t.shape[d]) +
-                          ", expected " + str(expected) + " as in " + source);
+    throw Error(name, "shape " + shape_string(t) + ": " + what + " (dim " + str(d) + ") is " +
+                          str(t.shape[d]) + ", expected " + str(expected) + " as in " + source);
 }
 
 // [lo, hi] bytes a view touches (empty: lo > hi).
@@ -45,8 +48,8 @@ bool overlaps(const TensorRef& a, const TensorRef& b) {
 
 }  // namespace
 
-void combine(const TensorRef& out_partial, const TensorRef& lse_partial, const TensorRef& out, const TensorRef* lse,
-             const Options& options) {
+void combine(const TensorRef& out_partial, const TensorRef& lse_partial, const TensorRef& out,
+             const TensorRef* lse, const Options& options) {
   check_rank("out_partial", out_partial, 5, "[splits, batch, seqlen, heads, head_dim]");
   check_rank("lse_partial", lse_partial, 4, "[splits, batch, heads, seqlen]");
   check_rank("out", out, 4, "[batch, seqlen, heads, head_dim]");
@@ -58,7 +61,8 @@ void combine(const TensorRef& out_partial, const TensorRef& lse_partial, const T
   const int dims_lse[4] = {0, 1, 3, 2};  // lse_partial [S, B, H, L] against out_partial's dims
   const char* names[5] = {"splits", "batch", "seqlen", "heads", "head_dim"};
   for (int d = 0; d < 4; ++d)
-    check_dim("lse_partial", lse_partial, d, names[dims_lse[d]], out_partial.shape[dims_lse[d]], "out_partial");
+    check_dim("lse_partial", lse_partial, d, names[dims_lse[d]], out_partial.shape[dims_lse[d]],
+              "out_partial");
   for (int d = 0; d < 4; ++d) check_dim("out", out, d, names[d + 1], out_partial.shape[d + 1], "out_partial");
   if (lse) {
     check_dim("lse", *lse, 0, "batch", B, "out_partial");
@@ -73,10 +77,13 @@ void combine(const TensorRef& out_partial, const TensorRef& lse_partial, const T
     throw Error("out", std::string("dtype ") + dtype_name(out.dtype) + ", expected fp32, fp16 or bf16");
   if (lse && lse->dtype != DType::kFloat32)
     throw Error("lse", std::string("dtype ") + dtype_name(lse->dtype) + ", expected fp32");
-  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"lse_partial", &lse_partial}, {"out", &out}, {"lse", lse}})
+  for (auto [name, t] :
+       {std::pair<const char*, const TensorRef*>{"lse_partial", &lse_partial}, {"out", &out}, {"lse", lse}})
     if (t && t->device != out_partial.device)
-      throw Error(name, "is on " + device_name(t->device) + " but out_partial is on " + device_name(out_partial.device));
-  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"out_partial", &out_partial}, {"lse_partial", &lse_partial}}) {
+      throw Error(name, "is on " + device_name(t->device) + " but out_partial is on " +
+                            device_name(out_partial.device));
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"out_partial", &out_partial},
+                         {"lse_partial", &lse_partial}}) {
     if (overlaps(out, *t)) throw Error("out", std::string("overlaps ") + name + " in memory");
     if (lse && overlaps(*lse, *t)) throw Error("lse", std::string("overlaps ") + name + " in memory");
   }
@@ -110,7 +117,8 @@ void combine(const TensorRef& out_partial, const TensorRef& lse_partial, const T
 #if defined(TILEATTN_WITH_CUDA)
   detail::cuda::combine(c);
 #else
-  throw Error("out_partial", "is on " + device_name(out_partial.device) + ", but this build of tileattn has no CUDA kernels");
+  throw Error("out_partial", "is on " + device_name(out_partial.device) +
+                                 ", but this build of tileattn has no CUDA kernels");
 #endif
 }
 

@@ -54,12 +54,17 @@ void run(const detail::AttnParams& params, Kernel kernel) {
   }
 #endif
   switch (kernel) {
-    case Kernel::kCpuTiled: detail::cpu::forward(params); break;
+    case Kernel::kCpuTiled:
+      detail::cpu::forward(params);
+      break;
 #if defined(TILEATTN_WITH_CUDA)
     case Kernel::kCudaSm80:
-    case Kernel::kCudaSm90: detail::cuda::forward(params, kernel); break;
+    case Kernel::kCudaSm90:
+      detail::cuda::forward(params, kernel);
+      break;
 #endif
-    default: throw RuntimeError(std::string("kernel ") + kernel_name(kernel) + " is not in this build");
+    default:
+      throw RuntimeError(std::string("kernel ") + kernel_name(kernel) + " is not in this build");
   }
 }
 
@@ -106,7 +111,8 @@ void reference(const TensorRef& q, const TensorRef& k, const TensorRef& v, const
 void reference_varlen(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                       const TensorRef* lse, const Seqlens& seqlens, const Options& options) {
   detail::AttnParams params;
-  if (auto error = detail::make_params(q, k, v, out, lse, &seqlens, options, detail::Entry::kReference, &params))
+  if (auto error =
+          detail::make_params(q, k, v, out, lse, &seqlens, options, detail::Entry::kReference, &params))
     throw *error;
   detail::reference::oracle(params, 0, params.seqlen_q);
 }
@@ -114,7 +120,8 @@ void reference_varlen(const TensorRef& q, const TensorRef& k, const TensorRef& v
 void reference_rows(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                     const TensorRef* lse, const Options& options, int64_t row_begin, int64_t row_end) {
   detail::AttnParams params;
-  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kReference, &params))
+  if (auto error =
+          detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kReference, &params))
     throw *error;
   if (row_begin < 0 || row_begin > row_end)
     throw Error("row_begin", std::to_string(row_begin) + " with row_end " + std::to_string(row_end) +

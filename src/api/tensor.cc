@@ -1,10 +1,11 @@
 // tensor.cc: TensorRef helpers and names.
+#include "tileattn/tensor.h"
+
 #include <sstream>
 #include <vector>
 
 #include "tileattn/error.h"
 #include "tileattn/options.h"
-#include "tileattn/tensor.h"
 #include "tileattn/version.h"
 
 namespace tileattn {
@@ -31,8 +32,8 @@ TensorRef TensorRef::contiguous(void* data, DType dtype, std::initializer_list<i
 TensorRef TensorRef::strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
                              std::initializer_list<int64_t> stride, Device device) {
   if (shape.size() > kMaxRank || shape.size() != stride.size())
-    throw Error("stride", "needs one stride per dimension (" + std::to_string(shape.size()) +
-                              " dims, " + std::to_string(stride.size()) + " strides)");
+    throw Error("stride", "needs one stride per dimension (" + std::to_string(shape.size()) + " dims, " +
+                              std::to_string(stride.size()) + " strides)");
   TensorRef t = contiguous(data, dtype, shape, device);
   int i = 0;
   for (int64_t s : stride) t.stride[i++] = s;
@@ -69,22 +70,32 @@ TensorRef TensorRef::permuted(std::initializer_list<int> perm) const {
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat64: return 8;
-    case DType::kInt32: return 4;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "fp32";
-    case DType::kFloat16: return "fp16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat64: return "fp64";
-    case DType::kInt32: return "int32";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat64:
+      return "fp64";
+    case DType::kInt32:
+      return "int32";
   }
   return "?";
 }
@@ -104,10 +115,14 @@ std::string shape_string(const TensorRef& t) {
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
-    case Kernel::kAuto: return "auto";
-    case Kernel::kCpuTiled: return "cpu";
-    case Kernel::kCudaSm80: return "sm80";
-    case Kernel::kCudaSm90: return "sm90";
+    case Kernel::kAuto:
+      return "auto";
+    case Kernel::kCpuTiled:
+      return "cpu";
+    case Kernel::kCudaSm80:
+      return "sm80";
+    case Kernel::kCudaSm90:
+      return "sm90";
   }
   return "?";
 }

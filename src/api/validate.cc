@@ -22,14 +22,14 @@ std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, 
     return Error(name, "rank " + str(t.rank) + " is outside 0.." + str(kMaxRank) + ", expected " + str(rank) +
                            " dims " + layout);
   if (t.rank != rank)
-    return Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " +
-                           str(rank) + " dims " + layout);
+    return Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " + str(rank) +
+                           " dims " + layout);
   for (int d = 0; d < rank; ++d) {
     if (t.shape[d] < 0)
       return Error(name, "shape " + shape_string(t) + " has a negative size in dim " + str(d));
     if (t.stride[d] < 0)
-      return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) +
-                             " is negative; strides must be >= 0");
+      return Error(name,
+                   "stride " + str(t.stride[d]) + " in dim " + str(d) + " is negative; strides must be >= 0");
   }
   // The view's extent in elements must fit int64 (and so every offset computed from it).
   int64_t extent = 0, count = 1;
@@ -41,8 +41,8 @@ std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, 
     count *= t.shape[d];
     const int64_t span = t.shape[d] - 1;
     if (span > 0 && t.stride[d] > (INT64_MAX / 8 - extent) / span)
-      return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) + " with size " + str(t.shape[d]) +
-                             " addresses past 2^60 elements");
+      return Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) + " with size " +
+                             str(t.shape[d]) + " addresses past 2^60 elements");
     extent += span * t.stride[d];
   }
   if (t.numel() > 0 && t.data == nullptr) return Error(name, "data is null for shape " + shape_string(t));
@@ -80,7 +80,8 @@ bool self_overlapping(const TensorRef& t) {
   for (int d = 0; d < t.rank; ++d)
     if (t.shape[d] > 1) order[n++] = d;
   for (int i = 1; i < n; ++i)  // insertion sort by stride
-    for (int j = i; j > 0 && t.stride[order[j]] < t.stride[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
+    for (int j = i; j > 0 && t.stride[order[j]] < t.stride[order[j - 1]]; --j)
+      std::swap(order[j], order[j - 1]);
   int64_t extent = 1;  // elements spanned by the dims so far
   for (int i = 0; i < n; ++i) {
     const int d = order[i];
@@ -109,11 +110,14 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   const char* layout_k = vk ? "[total_k, heads, head_dim]" : "[batch, seqlen, heads, head_dim]";
   const int rq = vq ? 3 : 4, rk = vk ? 3 : 4;
   for (auto [name, t, rank, layout] :
-       {std::tuple<const char*, const TensorRef*, int, const char*>{"q", &q, rq, layout_q}, {"k", &k, rk, layout_k},
-        {"v", &v, rk, layout_k}, {"out", &out, rq, layout_q}})
+       {std::tuple<const char*, const TensorRef*, int, const char*>{"q", &q, rq, layout_q},
+        {"k", &k, rk, layout_k},
+        {"v", &v, rk, layout_k},
+        {"out", &out, rq, layout_q}})
     if (auto e = check_rank(name, *t, rank, layout)) return e;
   if (lse)
-    if (auto e = check_rank("lse", *lse, rq - 1, vq ? "[heads, total_q]" : "[batch, heads, seqlen_q]")) return e;
+    if (auto e = check_rank("lse", *lse, rq - 1, vq ? "[heads, total_q]" : "[batch, heads, seqlen_q]"))
+      return e;
 
   // Shapes. Dims counted from the end are the same in both layouts.
   const int64_t D = q.shape[rq - 1], Hq = q.shape[rq - 2], Hkv = k.shape[rk - 2];
@@ -139,8 +143,9 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   for (int d = 0; d < rq; ++d)
     if (auto e = check_dim("out", out, d, dim_name(rq, d), q.shape[d], "q")) return e;
   if (Hq % Hkv != 0)
-    return Error("k", "heads (dim " + str(rk - 2) + ") is " + str(Hkv) + ", which does not divide the query heads " +
-                          str(Hq) + " (GQA needs Hq % Hkv == 0)");
+    return Error("k", "heads (dim " + str(rk - 2) + ") is " + str(Hkv) +
+                          ", which does not divide the query heads " + str(Hq) +
+                          " (GQA needs Hq % Hkv == 0)");
 
   if (lse) {
     if (vq) {
@@ -154,14 +159,20 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   }
 
   // Dtypes.
-  if (q.dtype == DType::kInt32) return Error("q", "dtype int32 is not supported; expected fp32, fp16 or bf16");
-  if (k.dtype != q.dtype) return Error("k", std::string("dtype ") + dtype_name(k.dtype) + " differs from q's " + dtype_name(q.dtype));
-  if (v.dtype != q.dtype) return Error("v", std::string("dtype ") + dtype_name(v.dtype) + " differs from q's " + dtype_name(q.dtype));
+  if (q.dtype == DType::kInt32)
+    return Error("q", "dtype int32 is not supported; expected fp32, fp16 or bf16");
+  if (k.dtype != q.dtype)
+    return Error("k",
+                 std::string("dtype ") + dtype_name(k.dtype) + " differs from q's " + dtype_name(q.dtype));
+  if (v.dtype != q.dtype)
+    return Error("v",
+                 std::string("dtype ") + dtype_name(v.dtype) + " differs from q's " + dtype_name(q.dtype));
   if (entry != Entry::kReference) {
     if (q.dtype == DType::kFloat64)
       return Error("q", "dtype fp64 is accepted only by reference(); expected fp32, fp16 or bf16");
     if (out.dtype != q.dtype)
-      return Error("out", std::string("dtype ") + dtype_name(out.dtype) + " differs from q's " + dtype_name(q.dtype));
+      return Error(
+          "out", std::string("dtype ") + dtype_name(out.dtype) + " differs from q's " + dtype_name(q.dtype));
     if (lse && lse->dtype != DType::kFloat32)
       return Error("lse", std::string("dtype ") + dtype_name(lse->dtype) + ", expected fp32");
   } else if (out.dtype == DType::kInt32 || (lse && lse->dtype == DType::kInt32)) {
@@ -169,7 +180,8 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   }
 
   // Devices.
-  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"k", &k}, {"v", &v}, {"out", &out}, {"lse", lse}})
+  for (auto [name, t] :
+       {std::pair<const char*, const TensorRef*>{"k", &k}, {"v", &v}, {"out", &out}, {"lse", lse}})
     if (t && t->device != q.device)
       return Error(name, "is on " + device_name(t->device) + " but q is on " + device_name(q.device));
   if (q.device.kind == DeviceKind::kCUDA && q.device.index < 0)
@@ -182,7 +194,8 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
 
   // Outputs must not overlap themselves, the inputs, or the index tensors.
   if (self_overlapping(out)) return Error("out", "strides overlap (a written element would alias another)");
-  if (lse && self_overlapping(*lse)) return Error("lse", "strides overlap (a written element would alias another)");
+  if (lse && self_overlapping(*lse))
+    return Error("lse", "strides overlap (a written element would alias another)");
   const auto overlap_error = [&](const std::string& name, const TensorRef& t) -> std::optional<Error> {
     if (overlaps(out, t)) return Error("out", "overlaps " + name + " in memory");
     if (lse && overlaps(*lse, t)) return Error("lse", "overlaps " + name + " in memory");
@@ -204,7 +217,8 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   if (options.window_right < -1)
     return Error("options.window_right", str(options.window_right) + ", expected >= 0 or -1 (unbounded)");
   if (options.causal && options.window_right > 0)
-    return Error("options.window_right", str(options.window_right) + " conflicts with causal, which sets it to 0");
+    return Error("options.window_right",
+                 str(options.window_right) + " conflicts with causal, which sets it to 0");
   constexpr int kMaxThreads = 1024;
   if (options.num_threads < 0 || options.num_threads > kMaxThreads)
     return Error("options.num_threads",
@@ -242,7 +256,8 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   P.v_stride = s4(v);
   P.out_stride = s4(out);
   if (lse)
-    P.lse_stride = vq ? Strides3{0, lse->stride[0], lse->stride[1]} : Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
+    P.lse_stride = vq ? Strides3{0, lse->stride[0], lse->stride[1]}
+                      : Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};
   P.seqs = index.seqs;
   P.seqlen_q = P.seqs.max_q;
   P.seqlen_k = P.seqs.max_k;

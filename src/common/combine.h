@@ -41,8 +41,10 @@ TILEATTN_HD void merge_stats(const float* lse, int64_t stride, int splits, float
   bool bad = false;
   for (int s = 0; s < splits; ++s) {
     const float x = lse[s * stride];
-    if (x != x) bad = true;
-    else hi = x > hi ? x : hi;
+    if (x != x)
+      bad = true;
+    else
+      hi = x > hi ? x : hi;
   }
   float total = 0.0f;
   if (hi != -INFINITY)

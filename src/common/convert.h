@@ -39,11 +39,16 @@ inline uint16_t float_to_fp16(float f) {
 // Reads element i of a buffer of the given dtype as double.
 inline double load_as_double(const void* base, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<const float*>(base)[i];
-    case DType::kFloat64: return static_cast<const double*>(base)[i];
-    case DType::kFloat16: return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DType::kFloat16:
+      return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kBFloat16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
   }
   return 0.0;
 }
@@ -51,12 +56,22 @@ inline double load_as_double(const void* base, DType dtype, int64_t i) {
 // Writes a double into element i of a buffer of the given dtype (rounding once).
 inline void store_from_double(void* base, DType dtype, int64_t i, double x) {
   switch (dtype) {
-    case DType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(x); break;
-    case DType::kFloat64: static_cast<double*>(base)[i] = x; break;
+    case DType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(x);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(base)[i] = x;
+      break;
     // double -> float -> half can double-round; fine for outputs already at fp32 accuracy.
-    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = float_to_fp16(static_cast<float>(x)); break;
-    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(x)); break;
-    case DType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(x); break;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(base)[i] = float_to_fp16(static_cast<float>(x));
+      break;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(x));
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(x);
+      break;
   }
 }
 

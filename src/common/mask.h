@@ -94,16 +94,14 @@ TILEATTN_HD TileBand tile_band(int64_t len_q, int64_t len_k, int64_t left, int64
 
 // Keys [begin, end) that any row of the query tile [q0, q1) sees; begin >= end means none.
 template <class Mask>
-TILEATTN_HD void tile_key_range(const Mask& mask, int64_t q0, int64_t q1, int64_t* begin,
-                                int64_t* end) {
+TILEATTN_HD void tile_key_range(const Mask& mask, int64_t q0, int64_t q1, int64_t* begin, int64_t* end) {
   *begin = mask.lo(q0);
   *end = mask.hi(q1 - 1);
 }
 
 // True when every row of [q0, q1) sees every key of [k0, k1): the block needs no masking.
 template <class Mask>
-TILEATTN_HD bool block_fully_visible(const Mask& mask, int64_t q0, int64_t q1, int64_t k0,
-                                     int64_t k1) {
+TILEATTN_HD bool block_fully_visible(const Mask& mask, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
   if constexpr (!Mask::kMasks) {
     return true;
   } else {
@@ -118,8 +116,8 @@ namespace tileattn::detail {
 // Trip counts for kernels that walk keys in fixed blocks of block_k aligned to multiples of
 // block_k: the query tile [q0, q1) visits key blocks [*n_begin, *n_end) (none when equal).
 template <class Mask>
-TILEATTN_HD void key_block_range(const Mask& mask, int64_t q0, int64_t q1, int64_t block_k,
-                                 int64_t* n_begin, int64_t* n_end) {
+TILEATTN_HD void key_block_range(const Mask& mask, int64_t q0, int64_t q1, int64_t block_k, int64_t* n_begin,
+                                 int64_t* n_end) {
   int64_t begin, end;
   tile_key_range(mask, q0, q1, &begin, &end);
   if (begin >= end) {
@@ -134,8 +132,7 @@ TILEATTN_HD void key_block_range(const Mask& mask, int64_t q0, int64_t q1, int64
 // some of its keys are hidden from some row, or it runs past seqlen_k (a ragged last block,
 // which NoMask has too). Blocks for which this is false are computed without any masking.
 template <class Mask>
-TILEATTN_HD bool block_needs_mask(const Mask& mask, int64_t q0, int64_t q1, int64_t k0,
-                                  int64_t block_k) {
+TILEATTN_HD bool block_needs_mask(const Mask& mask, int64_t q0, int64_t q1, int64_t k0, int64_t block_k) {
   return k0 + block_k > mask.seqlen_k || !block_fully_visible(mask, q0, q1, k0, k0 + block_k);
 }
 

@@ -25,7 +25,7 @@ struct AttnParams {
   const void* k = nullptr;
   const void* v = nullptr;
   void* out = nullptr;
-  void* lse = nullptr;  // may be null
+  void* lse = nullptr;                // may be null
   DType dtype = DType::kFloat32;      // q, k, v
   DType out_dtype = DType::kFloat32;  // out (== dtype for forward())
   DType lse_dtype = DType::kFloat32;  // fp32 for forward()
@@ -58,7 +58,9 @@ struct AttnParams {
   int64_t part_len() const { return seqs.varlen_q() ? total_q : seqlen_q; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   // The window as a mask policy, bottom-right aligned (causal is window_right = 0).
-  WindowMask window_mask() const { return WindowMask{seqlen_k, seqlen_k - seqlen_q, window_left, window_right}; }
+  WindowMask window_mask() const {
+    return WindowMask{seqlen_k, seqlen_k - seqlen_q, window_left, window_right};
+  }
 };
 
 // The address of element `offset` (in elements) of a buffer of the given dtype.

@@ -17,11 +17,13 @@ inline int64_t partial_lse_elems(const AttnParams& p, int splits) {
 }
 
 // The merge of p's partial states into p.out and p.lse, row by row of each sequence.
-inline CombineParams partial_combine(const AttnParams& p, const float* o_part, const float* lse_part, int splits) {
+inline CombineParams partial_combine(const AttnParams& p, const float* o_part, const float* lse_part,
+                                     int splits) {
   const int64_t PB = p.part_batch(), PL = p.part_len(), H = p.heads_q, D = p.head_dim;
   CombineParams c;
   c.o_part = o_part;
-  c.o_sd = 1, c.o_sh = D, c.o_sl = H * D, c.o_sb = p.seqs.varlen_q() ? 0 : PL * H * D, c.o_ss = PB * PL * H * D;
+  c.o_sd = 1, c.o_sh = D, c.o_sl = H * D, c.o_sb = p.seqs.varlen_q() ? 0 : PL * H * D,
+  c.o_ss = PB * PL * H * D;
   c.lse_part = lse_part;
   c.l_sl = 1, c.l_sh = PL, c.l_sb = p.seqs.varlen_q() ? 0 : H * PL, c.l_ss = PB * H * PL;
   c.out = p.out;

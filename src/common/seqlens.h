@@ -46,7 +46,7 @@ TILEATTN_HD SeqInfo seq_info(const Seqs& s, int64_t b) {
 // Split-KV: a tile's key blocks [n_begin, n_end) cut into `splits` runs of whole blocks, as even
 // as blocks allow; split s gets [*begin, *end) (empty for the splits past the blocks).
 TILEATTN_HD void split_blocks(int64_t n_begin, int64_t n_end, int splits, int split, int64_t* begin,
-                                     int64_t* end) {
+                              int64_t* end) {
   const int64_t blocks = n_end > n_begin ? n_end - n_begin : 0;
   const int64_t per = (blocks + splits - 1) / splits;
   const int64_t b0 = n_begin + per * split, b1 = b0 + per;

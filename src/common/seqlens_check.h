@@ -18,10 +18,10 @@ enum IndexFaultCode : int {
 };
 
 struct IndexCheck {
-  const int32_t* cu = nullptr;  // [B + 1] or null
+  const int32_t* cu = nullptr;    // [B + 1] or null
   const int32_t* used = nullptr;  // [B] or null
-  int64_t rows = 0;      // the packed tensor's row count (with cu), or the dense length
-  int64_t max_len = -1;  // the given maximum (-1: none given)
+  int64_t rows = 0;               // the packed tensor's row count (with cu), or the dense length
+  int64_t max_len = -1;           // the given maximum (-1: none given)
 };
 
 struct IndexFaultAt {

@@ -41,7 +41,8 @@ void combine(const CombineParams& c) {
         }
       }
       const int64_t out_off = b * c.out_sb + r * c.out_sl + h * c.out_sh;
-      simd.store(acc.data(), 1.0f, const_cast<char*>(element_ptr(c.out, c.out_dtype, out_off)), c.out_dtype, c.out_sd, D);
+      simd.store(acc.data(), 1.0f, const_cast<char*>(element_ptr(c.out, c.out_dtype, out_off)), c.out_dtype,
+                 c.out_sd, D);
       if (c.lse) c.lse[b * c.lse_sb + h * c.lse_sh + r * c.lse_sl] = merged_lse(m, sum, nan);
     }
   }

@@ -29,20 +29,27 @@ namespace {
 // (only Q, once per work item, is transposed), and the softmax's per-query max and sum run
 // down columns, one SIMD lane per query.
 struct Workspace {
-  std::vector<float> qt;   // [D][Brp]    pre-scaled query tile, transposed
-  std::vector<float> k;    // [Bc][D]     key block
-  std::vector<float> v;    // [Bc][Dp]    value block (columns past D stay 0)
-  std::vector<float> st;   // [Bc][Brp]   logits, then weights, transposed
-  std::vector<float> o;    // [Br][Dp]    unnormalized output
-  std::vector<float> row;  // [D]         one query row
+  std::vector<float> qt;              // [D][Brp]    pre-scaled query tile, transposed
+  std::vector<float> k;               // [Bc][D]     key block
+  std::vector<float> v;               // [Bc][Dp]    value block (columns past D stay 0)
+  std::vector<float> st;              // [Bc][Brp]   logits, then weights, transposed
+  std::vector<float> o;               // [Br][Dp]    unnormalized output
+  std::vector<float> row;             // [D]         one query row
   std::vector<float> max, base, sum;  // [Brp] per query
   std::vector<SoftmaxRow> state;      // [Br]
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
-      : qt(d * brp), k(bc * d), v(bc * dp, 0.0f), st(bc * brp), o(br * dp), row(d), max(brp),
-        base(brp), sum(brp), state(br) {}
+      : qt(d * brp),
+        k(bc * d),
+        v(bc * dp, 0.0f),
+        st(bc * brp),
+        o(br * dp),
+        row(d),
+        max(brp),
+        base(brp),
+        sum(brp),
+        state(br) {}
 };
-
 
 // Where a tile's results go: the output (and LSE) of the problem, or with split-KV the fp32
 // partial state of one split (common/combine.h's layout).
@@ -96,7 +103,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     const float* k_rows = ws.k.data();
     int64_t k_ld = D;
     if (k_in_place) {
-      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + (seq.k_start + k0) * p.k_stride.l + hk * p.k_stride.h;
+      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + (seq.k_start + k0) * p.k_stride.l +
+               hk * p.k_stride.h;
       k_ld = p.k_stride.l;
     }
     for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
@@ -180,8 +188,9 @@ void run(const AttnParams& p) {
   const int64_t tiles = p.batch * p.heads_q * q_tiles;
   // The split count must not follow the thread count (block_q does): items of 64 rows decide.
   const int64_t items64 = p.batch * p.heads_q * ((p.seqlen_q + 63) / 64);
-  const int splits = p.num_splits > 0 ? p.num_splits
-                                      : cpu_num_splits(items64, (p.seqlen_k + tile.block_k - 1) / tile.block_k, kMaxSplits);
+  const int splits =
+      p.num_splits > 0 ? p.num_splits
+                       : cpu_num_splits(items64, (p.seqlen_k + tile.block_k - 1) / tile.block_k, kMaxSplits);
 
   // Split-KV: each split's fp32 partial state, [S, B', L', Hq, D] and [S, B', Hq, L'], then the
   // merge (O(rows x S x D) scratch, never O(Lq x Lk)).

@@ -17,11 +17,11 @@ namespace tileattn::detail::cuda {
 
 }  // namespace tileattn::detail::cuda
 
-#define TILEATTN_CUDA_CHECK(call)                                                              \
-  do {                                                                                         \
-    const cudaError_t tileattn_err_ = (call);                                                  \
-    if (tileattn_err_ != cudaSuccess)                                                          \
-      ::tileattn::detail::cuda::throw_cuda(tileattn_err_, #call, __FILE__, __LINE__);          \
+#define TILEATTN_CUDA_CHECK(call)                                                     \
+  do {                                                                                \
+    const cudaError_t tileattn_err_ = (call);                                         \
+    if (tileattn_err_ != cudaSuccess)                                                 \
+      ::tileattn::detail::cuda::throw_cuda(tileattn_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After every kernel launch: catches bad launch configurations at once.

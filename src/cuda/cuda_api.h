@@ -17,9 +17,9 @@ struct DeviceInfo {
   std::string name;
 };
 
-int device_count();             // 0 when there is no driver or no GPU
+int device_count();  // 0 when there is no driver or no GPU
 DeviceInfo device_info(int index);
-bool sm90_built();              // whether the sm90a kernels are compiled in
+bool sm90_built();  // whether the sm90a kernels are compiled in
 // Two device ints for one stream's launches of persistent kernels (their tile counter and a
 // count of finished CTAs), allocated on the current device and zeroed on the stream at first
 // use, kept for the process. Keyed by the stream's id (cudaStreamGetId), so a per-thread
@@ -32,6 +32,6 @@ void combine(const CombineParams& c);              // split-KV partial states me
 // Options::check_indices: p's device index tensors checked on the device by the host's checks
 // (one sync); faults[0] for the q side, faults[1] for the k side.
 void find_index_faults(const AttnParams& p, IndexFaultAt faults[2]);
-int64_t eager(const AttnParams& p);               // S and P in device memory; returns their bytes
+int64_t eager(const AttnParams& p);  // S and P in device memory; returns their bytes
 
 }  // namespace tileattn::detail::cuda

@@ -25,5 +25,4 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-
 }  // namespace tileattn::detail::cuda

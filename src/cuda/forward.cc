@@ -4,8 +4,8 @@
 #include <string>
 
 #include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "cuda/cuda_api.h"
+#include "cuda/device_guard.h"
 #include "cuda/sm80/sm80.h"
 #include "cuda/sm80/tile_config.h"
 #include "cuda/sm90/sm90.h"

@@ -35,38 +35,39 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
     return {"q", sm90_rejects(p)};
   }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
-    return {"q", std::string("dtype ") + dtype_name(p.dtype) + " is not supported on CUDA; expected fp16 or bf16"};
+    return {"q",
+            std::string("dtype ") + dtype_name(p.dtype) + " is not supported on CUDA; expected fp16 or bf16"};
   // Head dims are compiled for 64, 96, 128 and 256; other multiples of 8 run padded to the next.
   if (p.head_dim % 8 != 0 || p.head_dim > kCudaMaxHeadDim || sm80::padded_head_dim(p.head_dim) == 0)
-    return {"q", "head_dim " + str(p.head_dim) + " is not supported on CUDA; expected a multiple of 8 up to " +
-                     str(kCudaMaxHeadDim)};
+    return {"q", "head_dim " + str(p.head_dim) +
+                     " is not supported on CUDA; expected a multiple of 8 up to " + str(kCudaMaxHeadDim)};
   const Strides4* strides[] = {&p.q_stride, &p.k_stride, &p.v_stride, &p.out_stride};
   const char* names[] = {"q", "k", "v", "out"};
   const void* ptrs[] = {p.q, p.k, p.v, p.out};
   for (int i = 0; i < 4; ++i) {
     const Strides4& s = *strides[i];
-    if (s.d != 1)
-      return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
+    if (s.d != 1) return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
     // 16-byte cp.async and vector stores: every row start must be 16-byte aligned.
     if (s.b % 8 || s.l % 8 || s.h % 8)
       return {names[i], "strides (" + str(s.b) + ", " + str(s.l) + ", " + str(s.h) +
                             ") must be multiples of 8 elements (16 bytes) on CUDA"};
-    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16)
-      return {names[i], "data pointer is not 16-byte aligned"};
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16) return {names[i], "data pointer is not 16-byte aligned"};
   }
   if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % 4)
     return {"lse", "data pointer is not 4-byte aligned"};
   // The kernel indexes positions within a sequence with 32-bit ints (memory offsets are 64-bit).
   constexpr int64_t kMaxSeqlen = (int64_t{1} << 30) - 1;
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen)
-    return {"q", "seqlen_q " + str(p.seqlen_q) + " and seqlen_k " + str(p.seqlen_k) + " must be below 2^30 on CUDA"};
+    return {"q", "seqlen_q " + str(p.seqlen_q) + " and seqlen_k " + str(p.seqlen_k) +
+                     " must be below 2^30 on CUDA"};
   // One CTA per (batch, head, query tile) on grid.x, whose limit is 2^31 - 1.
   const int64_t block_m = sm80::tile_config(sm80::padded_head_dim(p.head_dim)).block_m;
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t max_ctas = (int64_t{1} << 31) - 1;
   if (p.batch > 0 && p.heads_q > 0 && m_blocks > max_ctas / p.batch / p.heads_q)
     return {"q", "batch * heads * ceil(seqlen_q / " + str(block_m) + ") = " + str(p.batch) + " * " +
-                     str(p.heads_q) + " * " + str(m_blocks) + " exceeds the CUDA grid limit of 2^31 - 1 tiles"};
+                     str(p.heads_q) + " * " + str(m_blocks) +
+                     " exceeds the CUDA grid limit of 2^31 - 1 tiles"};
   return {};
 }
 

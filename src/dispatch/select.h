@@ -12,8 +12,8 @@ namespace tileattn::detail {
 // What the tensors' device can do; filled by the caller, so selection itself queries nothing.
 struct DeviceCaps {
   DeviceKind kind = DeviceKind::kCPU;
-  bool cuda_built = false;  // the CUDA kernels are compiled into this library
-  int device_count = 0;     // CUDA devices present
+  bool cuda_built = false;         // the CUDA kernels are compiled into this library
+  int device_count = 0;            // CUDA devices present
   int cc_major = 0, cc_minor = 0;  // compute capability of the tensors' device
   bool sm90_built = false;         // the sm90a kernels are compiled in
 };

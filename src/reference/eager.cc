@@ -23,10 +23,9 @@ namespace {
 
 constexpr int64_t kRowBlock = 64;  // rows per parallel step
 
-
 // Key/value row j of a kv head as fp32: into dst[j * ld] (dst[d * ld + j] when transposed).
-void pack_kv_row(const AttnParams& p, const void* base, const Strides4& st, int64_t b, int64_t hk,
-                 int64_t j, bool transpose, int64_t ld, float* dst, float* row) {
+void pack_kv_row(const AttnParams& p, const void* base, const Strides4& st, int64_t b, int64_t hk, int64_t j,
+                 bool transpose, int64_t ld, float* dst, float* row) {
   const SimdKernels& simd = detail::simd();
   const int64_t D = p.head_dim, off = b * st.b + j * st.l + hk * st.h;
   if (!transpose) {
@@ -69,14 +68,16 @@ int64_t eager(const AttnParams& p) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
 #pragma omp for schedule(static)
-        for (int64_t j = 0; j < Lk; ++j) pack_kv_row(p, p.k, p.k_stride, b, hk, j, true, Lkp, packed.data(), row.data());
+        for (int64_t j = 0; j < Lk; ++j)
+          pack_kv_row(p, p.k, p.k_stride, b, hk, j, true, Lkp, packed.data(), row.data());
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < g * blocks; ++item) {
           const int64_t h = hk * g + item / blocks, i0 = (item % blocks) * kRowBlock;
           const int64_t n = std::min(kRowBlock, Lq - i0);
           for (int64_t r = 0; r < n; ++r)
-            simd.load(element_ptr(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
-                      p.dtype, p.q_stride.d, q.data() + r * D, D, p.scale);
+            simd.load(
+                element_ptr(p.q, p.dtype, b * p.q_stride.b + (i0 + r) * p.q_stride.l + h * p.q_stride.h),
+                p.dtype, p.q_stride.d, q.data() + r * D, D, p.scale);
           simd.gemm(n, Lkp, D, q.data(), D, 1, packed.data(), Lkp, s.data(), Lkp, false);
           for (int64_t r = 0; r < n; ++r)
             simd.store(s.data() + r * Lkp, 1.0f, sp_row(s_mem.get(), b, h, i0 + r), p.dtype, 1, Lk);
@@ -114,7 +115,8 @@ int64_t eager(const AttnParams& p) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
 #pragma omp for schedule(static)
-        for (int64_t j = 0; j < Lk; ++j) pack_kv_row(p, p.v, p.v_stride, b, hk, j, false, Dp, packed.data(), nullptr);
+        for (int64_t j = 0; j < Lk; ++j)
+          pack_kv_row(p, p.v, p.v_stride, b, hk, j, false, Dp, packed.data(), nullptr);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < g * blocks; ++item) {
           const int64_t h = hk * g + item / blocks, i0 = (item % blocks) * kRowBlock;
@@ -123,10 +125,11 @@ int64_t eager(const AttnParams& p) {
             simd.load(sp_row(p_mem.get(), b, h, i0 + r), p.dtype, 1, pr.data() + r * Lkp, Lk, 1.0f);
           simd.gemm(n, Dp, Lk, pr.data(), Lkp, 1, packed.data(), Dp, o.data(), Dp, false);
           for (int64_t r = 0; r < n; ++r)
-            simd.store(o.data() + r * Dp, 1.0f,
-                       const_cast<char*>(element_ptr(p.out, p.out_dtype,
-                                              b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),
-                       p.out_dtype, p.out_stride.d, D);
+            simd.store(
+                o.data() + r * Dp, 1.0f,
+                const_cast<char*>(element_ptr(
+                    p.out, p.out_dtype, b * p.out_stride.b + (i0 + r) * p.out_stride.l + h * p.out_stride.h)),
+                p.out_dtype, p.out_stride.d, D);
         }
       }
   }

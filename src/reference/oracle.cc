@@ -27,8 +27,10 @@ void oracle(const AttnParams& p, int64_t first_row, int64_t last_row) {
       for (int64_t j = 0; j < Lk; ++j)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t row = seq.k_start + j;
-          k[j * D + d] = load_as_double(p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h + d * p.k_stride.d);
-          v[j * D + d] = load_as_double(p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h + d * p.v_stride.d);
+          k[j * D + d] = load_as_double(
+              p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h + d * p.k_stride.d);
+          v[j * D + d] = load_as_double(
+              p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h + d * p.v_stride.d);
         }
       const int64_t rows = row_end - row_begin, g = p.group_size();
 #pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
@@ -36,7 +38,8 @@ void oracle(const AttnParams& p, int64_t first_row, int64_t last_row) {
         const int64_t h = hk * g + item / rows, i = row_begin + item % rows, qi = seq.q_start + i;
         std::vector<double> q(D), s(Lk), o(D, 0.0);
         for (int64_t d = 0; d < D; ++d)
-          q[d] = load_as_double(p.q, p.dtype, b * p.q_stride.b + qi * p.q_stride.l + h * p.q_stride.h + d * p.q_stride.d);
+          q[d] = load_as_double(p.q, p.dtype,
+                                b * p.q_stride.b + qi * p.q_stride.l + h * p.q_stride.h + d * p.q_stride.d);
         const int64_t lo = mask.lo(i), hi = mask.hi(i);
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = lo; j < hi; ++j) {
@@ -55,8 +58,10 @@ void oracle(const AttnParams& p, int64_t first_row, int64_t last_row) {
         }
         const bool empty = lo >= hi;
         for (int64_t d = 0; d < D; ++d)
-          store_from_double(p.out, p.out_dtype, b * p.out_stride.b + qi * p.out_stride.l + h * p.out_stride.h + d * p.out_stride.d,
-                            empty ? 0.0 : o[d] / l);
+          store_from_double(
+              p.out, p.out_dtype,
+              b * p.out_stride.b + qi * p.out_stride.l + h * p.out_stride.h + d * p.out_stride.d,
+              empty ? 0.0 : o[d] / l);
         if (p.lse)
           store_from_double(p.lse, p.lse_dtype, b * p.lse_stride.b + h * p.lse_stride.h + qi * p.lse_stride.l,
                             empty ? -std::numeric_limits<double>::infinity() : m + std::log(l));

@@ -1,8 +1,9 @@
 // kernels_avx2.cc: the SIMD kernels built for avx2 (flags set in CMakeLists.txt).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <immintrin.h>
 
 #define TILEATTN_SIMD_NS avx2
 #define TILEATTN_SIMD_ISA "avx2"

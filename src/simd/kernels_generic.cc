@@ -5,7 +5,7 @@
 
 #define TILEATTN_SIMD_NS generic
 #define TILEATTN_SIMD_ISA "generic"
-#define TILEATTN_SIMD_FMA(a, b, c) (a) * (b) + (c)  /* no FMA unit assumed: rounded twice */
+#define TILEATTN_SIMD_FMA(a, b, c) (a) * (b) + (c) /* no FMA unit assumed: rounded twice */
 namespace tileattn::detail::generic {
 constexpr int kW = 4;   // floats per vector
 constexpr int kMR = 4;  // micro-kernel rows

@@ -5,9 +5,15 @@
 #include <cstring>
 
 namespace tileattn::detail {
-namespace avx512 { extern const SimdKernels kKernels; }
-namespace avx2 { extern const SimdKernels kKernels; }
-namespace generic { extern const SimdKernels kKernels; }
+namespace avx512 {
+extern const SimdKernels kKernels;
+}
+namespace avx2 {
+extern const SimdKernels kKernels;
+}
+namespace generic {
+extern const SimdKernels kKernels;
+}
 
 namespace {
 
@@ -19,8 +25,7 @@ bool cpu_has(const char* isa) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   if (!std::strcmp(isa, "avx2"))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
   return !std::strcmp(isa, "generic");
 }

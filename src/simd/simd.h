@@ -15,8 +15,8 @@ struct SimdKernels {
   // C[M x N] (+)= A[M x K] * B[K x N] in fp32; A(i, k) = A[i * rsa + k * csa] (so A may be
   // stored transposed), B and C row-major. N must be a multiple of `width`; rows of B and C
   // must hold N floats. accumulate = false overwrites C.
-  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
-               const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B,
+               int64_t ldb, float* C, int64_t ldc, bool accumulate);
   // Column-wise versions for a block stored [rows][ld] with n columns (n a multiple of width):
   // out[c] = max over r of x[r][c], NaN dropped (-inf when rows == 0)
   void (*col_max)(const float* x, int64_t rows, int64_t ld, int64_t n, float* out);

@@ -27,14 +27,16 @@ DeviceCopy::~DeviceCopy() { (void)cudaFree(device_); }
 
 TensorRef DeviceCopy::ref() const {
   TensorRef r = host_.ref();
-  r.data = static_cast<char*>(device_) + (static_cast<const char*>(r.data) - reinterpret_cast<const char*>(host_.bytes().data()));
+  r.data = static_cast<char*>(device_) +
+           (static_cast<const char*>(r.data) - reinterpret_cast<const char*>(host_.bytes().data()));
   r.device = Device::cuda(0);
   return r;
 }
 
 void DeviceCopy::to_host(HostTensor& t) const {
-  check(cudaMemcpy(const_cast<std::byte*>(t.bytes().data()), device_, t.bytes().size(), cudaMemcpyDeviceToHost),
-        "cudaMemcpy D2H");
+  check(
+      cudaMemcpy(const_cast<std::byte*>(t.bytes().data()), device_, t.bytes().size(), cudaMemcpyDeviceToHost),
+      "cudaMemcpy D2H");
 }
 
 Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner) {
@@ -47,17 +49,23 @@ Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner
     // Index tensors on the device too; the checked mode validates them there.
     const DeviceCopy cu_q(c.cu_q), cu_k(c.cu_k), used_q(c.used_q), used_k(c.used_k);
     std::array<TensorRef, 4> refs;
-    const Seqlens s = c.seqlens([&](const HostTensor& t) {
-      const DeviceCopy* d = &t == &c.cu_q ? &cu_q : &t == &c.cu_k ? &cu_k : &t == &c.used_q ? &used_q : &used_k;
-      return d->ref();
-    }, &refs);
+    const Seqlens s = c.seqlens(
+        [&](const HostTensor& t) {
+          const DeviceCopy* d = &t == &c.cu_q     ? &cu_q
+                                : &t == &c.cu_k   ? &cu_k
+                                : &t == &c.used_q ? &used_q
+                                                  : &used_k;
+          return d->ref();
+        },
+        &refs);
     Options o = options;
     o.check_indices = true;
     forward_varlen(q.ref(), k.ref(), v.ref(), out.ref(), lse_arg, s, o);
   } else {
     (runner ? runner : GpuRunner(forward))(q.ref(), k.ref(), v.ref(), out.ref(), lse_arg, options);
   }
-  if (options.cuda_stream) check(cudaStreamSynchronize(static_cast<cudaStream_t>(options.cuda_stream)), "stream sync");
+  if (options.cuda_stream)
+    check(cudaStreamSynchronize(static_cast<cudaStream_t>(options.cuda_stream)), "stream sync");
   check(cudaDeviceSynchronize(), "kernel");
   out.to_host(r.out);
   lse.to_host(r.lse);

@@ -21,7 +21,9 @@ bool sm90_selectable(const Problem& p) {
   static const bool hopper = [] {
     void* d = nullptr;
     if (cuda_device_count() == 0 || cudaMalloc(&d, 4096) != cudaSuccess) return false;
-    const auto ref = [&](int64_t h) { return TensorRef::contiguous(d, DType::kBFloat16, {1, 1, h, 64}, Device::cuda(0)); };
+    const auto ref = [&](int64_t h) {
+      return TensorRef::contiguous(d, DType::kBFloat16, {1, 1, h, 64}, Device::cuda(0));
+    };
     Options o;
     o.kernel = Kernel::kCudaSm90;
     const bool ok = supported(ref(1), ref(1), ref(1), ref(1), nullptr, o).ok;
@@ -151,7 +153,9 @@ std::vector<Problem> layouts() {
         p.q_layout = ql;
         p.kv_layout = kvl;
         p.out_layout = ol;
-        p.lse_layout = n % 3 == 0 ? LseLayout::kBLH : n % 3 == 1 ? LseLayout::kPadded : LseLayout::kContiguous;
+        p.lse_layout = n % 3 == 0   ? LseLayout::kBLH
+                       : n % 3 == 1 ? LseLayout::kPadded
+                                    : LseLayout::kContiguous;
         out.push_back(p);
         ++n;
       }

@@ -33,7 +33,7 @@ int main() {
   add(200, 70, 64, DType::kBFloat16, 1);  // rows before the first key: empty
   add(33, 300, 128, DType::kFloat16, 3);
   add(5, 0, 64, DType::kBFloat16, 0);  // no keys at all
-  Problem decode;  // GQA packing on sm90: 8 query heads of one KV head in a tile
+  Problem decode;                      // GQA packing on sm90: 8 query heads of one KV head in a tile
   decode.dtype = DType::kBFloat16;
   decode.seqlen_q = 3, decode.seqlen_k = 300, decode.head_dim = 128, decode.heads_q = 8, decode.heads_kv = 1;
   decode.options.causal = true;

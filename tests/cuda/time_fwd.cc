@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
   cudaEventElapsedTime(&ms, start, stop);
   ms /= iters;
   const double flops = 4.0 * B * H * L * L * D * (causal ? 0.5 : 1.0);
-  std::printf("tileattn %s B=%lld L=%lld H=%lld D=%lld causal=%d: %.3f ms, %.1f TFLOP/s\n",
-              dtype_name(dtype), static_cast<long long>(B), static_cast<long long>(L),
-              static_cast<long long>(H), static_cast<long long>(D), causal, ms, flops / ms / 1e9);
+  std::printf("tileattn %s B=%lld L=%lld H=%lld D=%lld causal=%d: %.3f ms, %.1f TFLOP/s\n", dtype_name(dtype),
+              static_cast<long long>(B), static_cast<long long>(L), static_cast<long long>(H),
+              static_cast<long long>(D), causal, ms, flops / ms / 1e9);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

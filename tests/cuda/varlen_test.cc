@@ -112,7 +112,8 @@ TEST(VarlenCuda, CheckedModeNamesTheBadEntry) {
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "seqlens.cu_seqlens_k") << e.what();
-    EXPECT_NE(std::string(e.what()).find("entry 2 is 6, less than entry 1 (7)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("entry 2 is 6, less than entry 1 (7)"), std::string::npos)
+        << e.what();
   }
   Case u(varlen_problem(base(64, DType::kBFloat16, 2, 1), {3, 4}, {5, 6}), 2);
   u.used_q = test::HostTensor::contiguous(DType::kInt32, {2});
@@ -162,8 +163,10 @@ TEST(VarlenCuda, CombineMatchesTheCpu) {
     gpu_out.for_each([&](const test::Index& i) { EXPECT_NEAR(gpu_out.get(i), cpu_out.get(i), tol); });
     gpu_lse.for_each([&](const test::Index& i) {
       const double a = gpu_lse.get(i), b = cpu_lse.get(i);
-      if (std::isinf(b)) EXPECT_EQ(a, b);
-      else EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::abs(b)));
+      if (std::isinf(b))
+        EXPECT_EQ(a, b);
+      else
+        EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::abs(b)));
     });
   }
 }
@@ -178,8 +181,8 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   p.batch = 2, p.seqlen_q = 1, p.seqlen_k = 5000;
   p.options.num_splits = 12;
   p.options.cuda_stream = stream;
-  const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
-                                const TensorRef* lse, const Options& o) {
+  const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                const TensorRef& out, const TensorRef* lse, const Options& o) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);

@@ -29,7 +29,8 @@ __device__ uint8_t* align_1024(uint8_t* p) {
 }
 
 __device__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
 }
 
 // A is [64][64] row-major (K-major). B is [128][64] row-major (K-major: D = A B^T) for kSS/kRS,
@@ -41,8 +42,8 @@ __global__ void __launch_bounds__(128, 1)
               const __grid_constant__ CUtensorMap map_out, const __nv_bfloat16* a_global, float* out) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);
-  auto* sA = reinterpret_cast<__nv_bfloat16*>(smem);                 // 8 KiB
-  auto* sB = reinterpret_cast<__nv_bfloat16*>(smem + 8192);          // 16 KiB
+  auto* sA = reinterpret_cast<__nv_bfloat16*>(smem);                   // 8 KiB
+  auto* sB = reinterpret_cast<__nv_bfloat16*>(smem + 8192);            // 16 KiB
   auto* sOut = reinterpret_cast<__nv_bfloat16*>(smem + 8192 + 16384);  // 16 KiB, [64][128]
   __shared__ uint64_t bar;
   const int t = threadIdx.x;
@@ -164,14 +165,17 @@ void run_gemm(Mode mode) {
   const uint32_t bk_box[2] = {64, kN};
   const uint64_t bn_dims[2] = {kN, kK}, bn_strides[1] = {kN * 2};
   const uint32_t bn_box[2] = {64, 64};
-  const CUtensorMap map_b = n_major ? make_tensor_map_16bit(db.ptr, true, 2, bn_dims, bn_strides, bn_box, true)
-                                    : make_tensor_map_16bit(db.ptr, true, 2, bk_dims, bk_strides, bk_box, true);
+  const CUtensorMap map_b = n_major
+                                ? make_tensor_map_16bit(db.ptr, true, 2, bn_dims, bn_strides, bn_box, true)
+                                : make_tensor_map_16bit(db.ptr, true, 2, bk_dims, bk_strides, bk_box, true);
   const uint64_t o_dims[2] = {kN, kM}, o_strides[1] = {kN * 2};
   const uint32_t o_box[2] = {kN, kM};
   const CUtensorMap map_out = make_tensor_map_16bit(dout16.ptr, true, 2, o_dims, o_strides, o_box, false);
 
   const int smem = 1024 + 8192 + 16384 + 16384;
-  auto kernel = mode == Mode::kSS ? gemm_tile<Mode::kSS> : mode == Mode::kRS ? gemm_tile<Mode::kRS> : gemm_tile<Mode::kSSNMajor>;
+  auto kernel = mode == Mode::kSS   ? gemm_tile<Mode::kSS>
+                : mode == Mode::kRS ? gemm_tile<Mode::kRS>
+                                    : gemm_tile<Mode::kSSNMajor>;
   TILEATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<1, 128, smem>>>(map_a, map_b, map_out, da.ptr, dout.ptr);
   TILEATTN_CUDA_CHECK(cudaGetLastError());
@@ -190,7 +194,8 @@ void run_gemm(Mode mode) {
         ref += static_cast<double>(__bfloat162float(a[i * kK + k])) * bv;
       }
       max_err = std::fmax(max_err, std::fabs(out[i * kN + j] - ref));
-      max_err16 = std::fmax(max_err16, std::fabs(__bfloat162float(out16[i * kN + j]) - ref) / (1 + std::fabs(ref)));
+      max_err16 =
+          std::fmax(max_err16, std::fabs(__bfloat162float(out16[i * kN + j]) - ref) / (1 + std::fabs(ref)));
       ASSERT_FALSE(std::isnan(out[i * kN + j])) << "unwritten element " << i << ", " << j;
     }
   // Products of bf16 are exact in fp32; only the fp32 sum order differs from the reference.
@@ -213,7 +218,6 @@ TEST(Sm90Blocks, SetmaxnregMovesRegistersBetweenWarpgroups) {
   TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, 384 * sizeof(int), cudaMemcpyDeviceToHost));
   for (int t = 0; t < 384; ++t) EXPECT_EQ(out[t], t < 128 ? 1 : 2 + t / 128) << "thread " << t;
 }
-
 
 // GQA packing's 5-D box (launch.cuh, packed_map_of): [B, L, H, D] viewed as (D, pack, H / pack, L,
 // B). A box of `rows` rows at head group 1 must put position r / pack of head pack + r % pack in
@@ -258,7 +262,8 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
   TILEATTN_CUDA_CHECK(cudaMemcpy(din.ptr, in.data(), n * 2, cudaMemcpyHostToDevice));
   TILEATTN_CUDA_CHECK(cudaMemcpy(dout.ptr, poison.data(), n * 2, cudaMemcpyHostToDevice));
   const uint64_t dims[5] = {kPackD, kPack, kPackH / kPack, kPackL, 1};
-  const uint64_t strides[4] = {kPackD * 2, kPackD * 2 * kPack, kPackH * kPackD * 2, kPackL * kPackH * kPackD * 2};
+  const uint64_t strides[4] = {kPackD * 2, kPackD * 2 * kPack, kPackH * kPackD * 2,
+                               kPackL * kPackH * kPackD * 2};
   const uint32_t box[5] = {64, kPack, 1, kPackRows / kPack, 1};
   const CUtensorMap map_in = make_tensor_map_16bit(din.ptr, true, 5, dims, strides, box, true);
   const CUtensorMap map_out = make_tensor_map_16bit(dout.ptr, true, 5, dims, strides, box, true);
@@ -281,7 +286,8 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
     for (int h = 0; h < kPackH; ++h)
       for (int d = 0; d < kPackD; ++d) {
         const bool stored = l < kPackL && h >= kPack;
-        ASSERT_EQ(out[at(l, h, d)], stored ? in[at(l, h, d)] : poison[0]) << "l " << l << " h " << h << " d " << d;
+        ASSERT_EQ(out[at(l, h, d)], stored ? in[at(l, h, d)] : poison[0])
+            << "l " << l << " h " << h << " d " << d;
       }
 }
 }  // namespace

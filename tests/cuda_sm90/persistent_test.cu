@@ -1,6 +1,7 @@
 // persistent_test.cu: the sm90 kernel with the other scheduling than the library's
 // (tile_config.h: one CTA a tile at D 64 and 128, persistent CTAs at D 256) on the sm90 sweep
-// against the oracle, under the same rule as the library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside tune_sm90, which times them.
+// against the oracle, under the same rule as the library's kernel. Built with -DTILEATTN_SM90_TUNE=ON, beside
+// tune_sm90, which times them.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,7 +29,8 @@ struct Experimental {
 void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                       const TensorRef* lse, const Options& options) {
   AttnParams p;
-  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kForward, &p)) throw *error;
+  if (auto error = detail::make_params(q, k, v, out, lse, nullptr, options, detail::Entry::kForward, &p))
+    throw *error;
   if (p.head_dim == 64)
     detail::sm90::launch_for<Experimental<64>>(p);
   else if (p.head_dim == 128)

@@ -64,8 +64,8 @@ void time_one(const Buffers& buf, bool causal) {
   cudaMemset(buf.o, 0xff, n_out * 2);  // NaN: unwritten elements show
   run();
   if (cudaDeviceSynchronize() != cudaSuccess) {
-    std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d causal=%d: FAILED (%s)\n", c.head_dim, c.block_n,
-                c.stages, c.consumers, c.pingpong, causal, cudaGetErrorString(cudaGetLastError()));
+    std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d causal=%d: FAILED (%s)\n", c.head_dim,
+                c.block_n, c.stages, c.consumers, c.pingpong, causal, cudaGetErrorString(cudaGetLastError()));
     return;
   }
   const double diff = max_diff_bf16(buf.o, buf.ref, n_out);
@@ -87,12 +87,14 @@ void time_one(const Buffers& buf, bool causal) {
   const double ms = times[times.size() / 2];
   const double flops = 4.0 * B * Hq * Lq * Lk * D * (causal && Lq == Lk ? 0.5 : 1.0);
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
-  std::printf("D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d "
-              "B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
-              "max|diff vs default| %.3g\n",
-              c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.smem_bytes(),
-              causal, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
-              static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
+  std::printf(
+      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d "
+      "B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
+      "max|diff vs default| %.3g\n",
+      c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.smem_bytes(),
+      causal, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+      static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
+      diff);
 }
 
 void tune_d64(const Buffers& buf, bool causal);

@@ -31,7 +31,8 @@ void find_index_faults(const AttnParams& p, IndexFaultAt host[2]) {
   TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&faults), 2 * sizeof(IndexFaultAt), stream));
   check_kernel<<<1, 1, 0, stream>>>(q, k, p.batch, faults);
   cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) err = cudaMemcpyAsync(host, faults, 2 * sizeof(IndexFaultAt), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess)
+    err = cudaMemcpyAsync(host, faults, 2 * sizeof(IndexFaultAt), cudaMemcpyDeviceToHost, stream);
   (void)cudaFreeAsync(faults, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) throw_cuda(err, "find_index_faults", __FILE__, __LINE__);

@@ -43,8 +43,10 @@ __global__ void __launch_bounds__(32 * kWarps) combine_kernel(const CombineParam
   bool nan = false;
   for (int s = lane; s < c.splits; s += 32) {
     const float x = lse[s * c.l_ss];
-    if (x != x) nan = true;
-    else m = fmaxf(m, x);
+    if (x != x)
+      nan = true;
+    else
+      m = fmaxf(m, x);
   }
   for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
   nan = __any_sync(0xffffffffu, nan);
@@ -85,10 +87,17 @@ void combine(const CombineParams& c) {
   const auto stream = static_cast<cudaStream_t>(c.cuda_stream);
   const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kWarps);
   switch (c.out_dtype) {
-    case DType::kFloat32: combine_kernel<float><<<grid, block, 0, stream>>>(c); break;
-    case DType::kFloat16: combine_kernel<__half><<<grid, block, 0, stream>>>(c); break;
-    case DType::kBFloat16: combine_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(c); break;
-    default: throw Error("out", std::string("dtype ") + dtype_name(c.out_dtype) + ", expected fp32, fp16 or bf16");
+    case DType::kFloat32:
+      combine_kernel<float><<<grid, block, 0, stream>>>(c);
+      break;
+    case DType::kFloat16:
+      combine_kernel<__half><<<grid, block, 0, stream>>>(c);
+      break;
+    case DType::kBFloat16:
+      combine_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(c);
+      break;
+    default:
+      throw Error("out", std::string("dtype ") + dtype_name(c.out_dtype) + ", expected fp32, fp16 or bf16");
   }
   TILEATTN_CUDA_CHECK_LAUNCH();
 }

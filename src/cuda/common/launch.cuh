@@ -5,17 +5,15 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
 #include <type_traits>
 
-#include <cuda_runtime.h>
-
-#include "cuda/check.h"
-
 #include "common/mask.h"
 #include "common/params.h"
+#include "cuda/check.h"
 
 namespace tileattn::detail::cuda {
 

@@ -13,7 +13,8 @@ int resolve_splits(const AttnParams& p, int64_t tiles, int64_t key_blocks) {
 }
 
 Partials::Partials(const AttnParams& p, int splits) : stream_(static_cast<cudaStream_t>(p.cuda_stream)) {
-  TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&o_), partial_o_elems(p, splits) * sizeof(float), stream_));
+  TILEATTN_CUDA_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&o_), partial_o_elems(p, splits) * sizeof(float), stream_));
   const cudaError_t err =
       cudaMallocAsync(reinterpret_cast<void**>(&lse_), partial_lse_elems(p, splits) * sizeof(float), stream_);
   if (err != cudaSuccess) {

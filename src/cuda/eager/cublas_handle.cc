@@ -8,7 +8,8 @@ namespace tileattn::detail::cuda {
 
 void throw_cublas(cublasStatus_t status, const char* what, const char* file, int line) {
   throw RuntimeError(std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
-                     cublasGetStatusString(status) + ") in " + what + " at " + file + ":" + std::to_string(line));
+                     cublasGetStatusString(status) + ") in " + what + " at " + file + ":" +
+                     std::to_string(line));
 }
 
 cublasHandle_t cublas_handle(int device) {

@@ -15,9 +15,9 @@ cublasHandle_t cublas_handle(int device);
 
 }  // namespace tileattn::detail::cuda
 
-#define TILEATTN_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                       \
-    const cublasStatus_t tileattn_status_ = (call);                                          \
-    if (tileattn_status_ != CUBLAS_STATUS_SUCCESS)                                           \
-      ::tileattn::detail::cuda::throw_cublas(tileattn_status_, #call, __FILE__, __LINE__);   \
+#define TILEATTN_CUBLAS_CHECK(call)                                                        \
+  do {                                                                                     \
+    const cublasStatus_t tileattn_status_ = (call);                                        \
+    if (tileattn_status_ != CUBLAS_STATUS_SUCCESS)                                         \
+      ::tileattn::detail::cuda::throw_cublas(tileattn_status_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -17,21 +17,41 @@
 #include "common/mask.h"
 #include "common/online_softmax.h"
 #include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "cuda/cuda_api.h"
+#include "cuda/device_guard.h"
 #include "cuda/eager/cublas_handle.h"
 
 namespace tileattn::detail::cuda {
 namespace {
 
-template <class T> __device__ float to_float(T x);
-template <> __device__ float to_float(float x) { return x; }
-template <> __device__ float to_float(__half x) { return __half2float(x); }
-template <> __device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> __device__ T from_float(float x);
-template <> __device__ float from_float(float x) { return x; }
-template <> __device__ __half from_float(float x) { return __float2half_rn(x); }
-template <> __device__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+template <class T>
+__device__ float to_float(T x);
+template <>
+__device__ float to_float(float x) {
+  return x;
+}
+template <>
+__device__ float to_float(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <class T>
+__device__ T from_float(float x);
+template <>
+__device__ float from_float(float x) {
+  return x;
+}
+template <>
+__device__ __half from_float(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 from_float(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ float block_reduce(float x, bool is_max, float* scratch) {
   for (int off = 16; off > 0; off /= 2) {
@@ -83,9 +103,12 @@ __global__ void softmax_rows(const T* __restrict__ s, T* __restrict__ p, float* 
   }
 }
 
-template <class T> constexpr cudaDataType_t kCudaType = CUDA_R_32F;
-template <> constexpr cudaDataType_t kCudaType<__half> = CUDA_R_16F;
-template <> constexpr cudaDataType_t kCudaType<__nv_bfloat16> = CUDA_R_16BF;
+template <class T>
+constexpr cudaDataType_t kCudaType = CUDA_R_32F;
+template <>
+constexpr cudaDataType_t kCudaType<__half> = CUDA_R_16F;
+template <>
+constexpr cudaDataType_t kCudaType<__nv_bfloat16> = CUDA_R_16BF;
 
 // RAII for stream-ordered device allocations.
 struct DeviceBuffer {
@@ -139,8 +162,8 @@ int64_t run(const AttnParams& p) {
   std::vector<const void*> p_ptrs(batches);
   for (int64_t i = 0; i < batches; ++i) p_ptrs[i] = prob + i * Lq * Lk;
   DeviceBuffer pptr_buf(batches * sizeof(void*), stream);
-  TILEATTN_CUDA_CHECK(cudaMemcpyAsync(pptr_buf.ptr, p_ptrs.data(), batches * sizeof(void*),
-                                      cudaMemcpyHostToDevice, stream));
+  TILEATTN_CUDA_CHECK(
+      cudaMemcpyAsync(pptr_buf.ptr, p_ptrs.data(), batches * sizeof(void*), cudaMemcpyHostToDevice, stream));
 
   // cuBLAS is column-major: a row-major [rows][ld] matrix is a column-major [ld-major] one.
   // 1. S (row-major [Lq][Lk]) = column-major S^T [Lk x Lq] = K [Lk x D] * Q^T [D x Lq].
@@ -159,12 +182,14 @@ int64_t run(const AttnParams& p) {
                                             mask, p.softcap, rows);
   TILEATTN_CUDA_CHECK_LAUNCH();
 
-  // 3. O (row-major [Lq][D], row stride out_stride.l) = column-major O^T [D x Lq] = V^T [D x Lk] * P^T [Lk x Lq].
+  // 3. O (row-major [Lq][D], row stride out_stride.l) = column-major O^T [D x Lq] = V^T [D x Lk] * P^T [Lk x
+  // Lq].
   TILEATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
       handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(D), static_cast<int>(Lq), static_cast<int>(Lk), &one,
-      dptrs + 2 * batches, kCudaType<T>, static_cast<int>(p.v_stride.l), static_cast<const void**>(pptr_buf.ptr),
-      kCudaType<T>, static_cast<int>(Lk), &zero, const_cast<void**>(dptrs + 4 * batches), kCudaType<T>,
-      static_cast<int>(p.out_stride.l), static_cast<int>(batches), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      dptrs + 2 * batches, kCudaType<T>, static_cast<int>(p.v_stride.l),
+      static_cast<const void**>(pptr_buf.ptr), kCudaType<T>, static_cast<int>(Lk), &zero,
+      const_cast<void**>(dptrs + 4 * batches), kCudaType<T>, static_cast<int>(p.out_stride.l),
+      static_cast<int>(batches), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   // The host pointer arrays die with this frame: wait for the copies that read them.
   TILEATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 2 * sp_elems * static_cast<int64_t>(sizeof(T));
@@ -177,19 +202,25 @@ int64_t eager(const AttnParams& p) {
   const std::pair<const char*, const Strides4*> tensors[] = {
       {"q", &p.q_stride}, {"k", &p.k_stride}, {"v", &p.v_stride}, {"out", &p.out_stride}};
   for (auto [name, st] : tensors) {
-    if (st->d != 1) throw Error(name, "head_dim stride is " + std::to_string(st->d) + "; eager on CUDA needs 1");
+    if (st->d != 1)
+      throw Error(name, "head_dim stride is " + std::to_string(st->d) + "; eager on CUDA needs 1");
     if (st->l < 1 || st->l > INT32_MAX)
       throw Error(name, "sequence stride " + std::to_string(st->l) + " is outside 1..2^31-1 (eager on CUDA)");
   }
   if (p.seqlen_k == 0) throw Error("k", "seqlen_k is 0; eager on CUDA needs at least one key");
   if (p.seqlen_q > INT32_MAX || p.seqlen_k > INT32_MAX || p.batch * p.heads_q > INT32_MAX)
-    throw Error("q", "batch * heads " + std::to_string(p.batch * p.heads_q) + " or a sequence length is past " +
+    throw Error("q", "batch * heads " + std::to_string(p.batch * p.heads_q) +
+                         " or a sequence length is past " +
                          "2^31 - 1, which eager on CUDA (cuBLAS, 32-bit sizes) cannot take");
   switch (p.dtype) {
-    case DType::kFloat32: return run<float>(p);
-    case DType::kFloat16: return run<__half>(p);
-    case DType::kBFloat16: return run<__nv_bfloat16>(p);
-    default: throw Error("q", std::string("dtype ") + dtype_name(p.dtype) + " is not supported by eager on CUDA");
+    case DType::kFloat32:
+      return run<float>(p);
+    case DType::kFloat16:
+      return run<__half>(p);
+    case DType::kBFloat16:
+      return run<__nv_bfloat16>(p);
+    default:
+      throw Error("q", std::string("dtype ") + dtype_name(p.dtype) + " is not supported by eager on CUDA");
   }
 }
 

@@ -49,8 +49,9 @@ __device__ __forceinline__ void store_o(const float (&o)[kM][kDT][4], const floa
 // the fragments (two floats a store). rows >= valid_rows and columns past d_chunks are skipped.
 template <int kM, int kDT>
 __device__ __forceinline__ void store_partial(const float (&o)[kM][kDT][4], const float (&inv_l)[kM][2],
-                                              const SoftmaxRow (&state)[kM][2], float* o_part, int64_t row_stride,
-                                              float* lse_part, int valid_rows, int d_chunks, int lane) {
+                                              const SoftmaxRow (&state)[kM][2], float* o_part,
+                                              int64_t row_stride, float* lse_part, int valid_rows,
+                                              int d_chunks, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < kM; ++i)
@@ -62,8 +63,8 @@ __device__ __forceinline__ void store_partial(const float (&o)[kM][kDT][4], cons
 #pragma unroll
       for (int j = 0; j < kDT; ++j)
         if (j < d_chunks)
-          *reinterpret_cast<float2*>(o_part + r * row_stride + 8 * j + 2 * t) =
-              make_float2(empty ? 0.0f : o[i][j][2 * h] * inv_l[i][h], empty ? 0.0f : o[i][j][2 * h + 1] * inv_l[i][h]);
+          *reinterpret_cast<float2*>(o_part + r * row_stride + 8 * j + 2 * t) = make_float2(
+              empty ? 0.0f : o[i][j][2 * h] * inv_l[i][h], empty ? 0.0f : o[i][j][2 * h + 1] * inv_l[i][h]);
       if (t == 0) lse_part[r] = state[i][h].lse();
     }
 }

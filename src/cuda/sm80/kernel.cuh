@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
   }
 
   const int64_t head_kv = tile.head / p.group;  // GQA/MQA: K and V are read in place
-  const int64_t q_row0 = seq.q_start + q0;  // this tile's first row in q, out and the LSE
+  const int64_t q_row0 = seq.q_start + q0;      // this tile's first row in q, out and the LSE
   const T* q = static_cast<const T*>(p.q) + tile.batch * p.q_sb + tile.head * p.q_sh + q_row0 * p.q_sl;
   const T* k = static_cast<const T*>(p.k) + tile.batch * p.k_sb + head_kv * p.k_sh + seq.k_start * p.k_sl;
   const T* v = static_cast<const T*>(p.v) + tile.batch * p.v_sb + head_kv * p.v_sh + seq.k_start * p.v_sl;
@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
   const int warp_valid_rows = max(0, min(kCfg.warp_rows(), q_rows - warp_row0));
   if (p.splits > 1) {  // this split's partial state: fp32 O / l and the LSE of every row
     const int64_t pb = p.seqs.varlen_q() ? 0 : tile.batch;
-    float* o_part = p.o_part + tile.split * p.op_ss + pb * p.op_sb + tile.head * p.op_sh + (q_row0 + warp_row0) * p.op_sl;
+    float* o_part =
+        p.o_part + tile.split * p.op_ss + pb * p.op_sb + tile.head * p.op_sh + (q_row0 + warp_row0) * p.op_sl;
     float* lse_part = p.lse_part + tile.split * p.lp_ss + pb * p.lp_sb + tile.head * p.lp_sh + q_row0;
     store_partial<kM, kDT>(o, inv_l, softmax.row, o_part, p.op_sl, lse_part + warp_row0, warp_valid_rows,
                            p.d_chunks, lane);

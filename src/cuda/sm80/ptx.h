@@ -1,7 +1,7 @@
 // ptx.h: thin wrappers of the sm80 instructions the forward kernel uses (cp.async, ldmatrix,
-// mma.sync m16n8k16; packing, shuffles and ex2/rcp are in cuda/common/math.cuh). Fragment layouts are those of the PTX ISA (see the
-// "Matrix fragments for mma.m16n8k16" section); the kernel's comments refer to them as
-// A (16x16, row-major), B (16x8, column-major) and C (16x8 fp32).
+// mma.sync m16n8k16; packing, shuffles and ex2/rcp are in cuda/common/math.cuh). Fragment layouts are those
+// of the PTX ISA (see the "Matrix fragments for mma.m16n8k16" section); the kernel's comments refer to them
+// as A (16x16, row-major), B (16x8, column-major) and C (16x8 fp32).
 #pragma once
 
 #include <cuda_bf16.h>

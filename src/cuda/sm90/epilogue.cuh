@@ -30,7 +30,8 @@ struct Epilogue {
   // o: the thread's accumulators (HOPPER_FACTS B3 layout, softmax.cuh); total: its two rows'
   // final states. Persistent CTAs first wait until the last tile's rows were read out.
   __device__ __forceinline__ void store(const float* o, const SoftmaxRow (&total)[2], const Work& w) const {
-    const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+    const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32, g = lane / 4,
+              q = lane % 4;
     const int shift = p.pack_shift;
     const int64_t rows_first = w.m0 + 64 * consumer;  // tile row of this consumer's row 0
     if (kServing && p.splits > 1) {
@@ -53,8 +54,10 @@ struct Epilogue {
       const int r = 16 * warp + g + 8 * half;
 #pragma unroll
       for (int i = 2 * half; i < kD / 2; i += 4) {  // accumulators i, i + 1: columns 8 (i >> 2) + 2 q, + 1
-        uint8_t* dst = rows_smem + (i >> 5) * kCfg.block_m() * 128 + r * 128 + ((((i >> 2) & 7) ^ g) << 4) + 4 * q;
-        *reinterpret_cast<uint32_t*>(dst) = cuda::pack2<T>(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
+        uint8_t* dst =
+            rows_smem + (i >> 5) * kCfg.block_m() * 128 + r * 128 + ((((i >> 2) & 7) ^ g) << 4) + 4 * q;
+        *reinterpret_cast<uint32_t*>(dst) =
+            cuda::pack2<T>(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
       }
       const int64_t row = rows_first + r, pos = row >> shift;
       if (p.lse && q == 0 && pos < w.len_q) {
@@ -98,8 +101,8 @@ struct Epilogue {
       const int64_t row = rows_first + r, pos = row >> p.pack_shift;
       if (pos >= w.len_q) continue;
       const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1));
-      const uint4 bits =
-          *reinterpret_cast<const uint4*>(rows_smem + c * kCfg.block_m() * 128 + r * 128 + ((u ^ (r % 8)) << 4));
+      const uint4 bits = *reinterpret_cast<const uint4*>(rows_smem + c * kCfg.block_m() * 128 + r * 128 +
+                                                         ((u ^ (r % 8)) << 4));
       *reinterpret_cast<uint4*>(out + (w.q_start + pos) * p.o_sl + head * p.o_sh + 8 * unit) = bits;
     }
   }

@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr TileConfig kCfg = Cfg::kCfg;
   extern __shared__ uint8_t smem_raw[];
-  const Smem<Cfg> sm{reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const Smem<Cfg> sm{
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
   if (threadIdx.x == 0) init_barriers(sm);
   __syncthreads();
   const int wg = warpgroup_index();

@@ -31,9 +31,9 @@ namespace tileattn::detail::sm90 {
 // once the consumers released the last tile's. A ragged sequence's last V block: once it
 // landed, the whole warp zeroes its rows past the keys and signals v_tail.
 template <class Cfg>
-__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_q,
-                                             const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Work& w,
-                                             const Pipe& pipe) {
+__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
+                                             const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                             const CUtensorMap* tm_v, const Work& w, const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   const int lane = threadIdx.x % 32;
@@ -41,11 +41,13 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   const int64_t blocks = w.blocks();
   if (lane == 0) {
     // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
-    auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase, int64_t j) {
+    auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
+                    int64_t j) {
       mbarrier_wait(empty, phase ^ 1);
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
       const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
-      for (int c = 0; c < kChunks; ++c) tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
+      for (int c = 0; c < kChunks; ++c)
+        tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
     };
     auto load_k = [&](int64_t j) {
       const Slot<Cfg> s(pipe.ring + j);
@@ -74,7 +76,7 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
     const Slot<Cfg> s(pipe.ring + blocks - 1);
     mbarrier_wait(sm.v_full(s.stage), s.phase);
     const int valid = w.len_k - (w.n_end - 1) * kCfg.block_n;  // keys of the sequence in the block
-    constexpr int kRowUnits = 8 * kChunks;                      // 16-byte units of a row, all chunks
+    constexpr int kRowUnits = 8 * kChunks;                     // 16-byte units of a row, all chunks
     uint8_t* const v = sm.v(s.stage);
     for (int idx = lane; idx < (kCfg.block_n - valid) * kRowUnits; idx += 32) {
       const int row = valid + idx / kRowUnits, c = idx % kRowUnits / 8, u = idx % 8;
@@ -126,7 +128,8 @@ struct Gemms {
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int c = kk / 4, within = 32 * (kk % 4);
-      const uint64_t dq = make_smem_desc(sm.q() + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
+      const uint64_t dq =
+          make_smem_desc(sm.q() + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
       const uint64_t dk = make_smem_desc(sm.k(stage) + c * kN * 128 + within, 16, 1024);
       WgmmaOp<kN, kBf16>::template ss<0>(s, dq, dk, kk > 0 ? 1u : 0u);
     }
@@ -155,8 +158,8 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 // issues no GEMM, so the tensor cores serve the rows that exist. A path of its own, so the
 // mainloop's wgmma pipeline stays branch-free.
 template <class Cfg>
-__device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn, const Pipe& pipe,
-                                          int lane) {
+__device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn,
+                                          const Pipe& pipe, int lane) {
   const int64_t blocks = w.blocks();
   if (blocks == 0) return;
   if constexpr (!Cfg::kCfg.persistent) turn.start();
@@ -182,8 +185,9 @@ __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, co
 // A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 template <class Cfg, class T, class Mask, bool kServing>
-__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p, const CUtensorMap* tm_o,
-                                             const Work& w, int consumer, const Pipe& pipe) {
+__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p,
+                                             const CUtensorMap* tm_o, const Work& w, int consumer,
+                                             const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;

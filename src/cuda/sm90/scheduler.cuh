@@ -134,6 +134,7 @@ struct PersistentScheduler {
 };
 
 template <class Cfg>
-using Scheduler = std::conditional_t<Cfg::kCfg.persistent, PersistentScheduler<Cfg>, SingleTileScheduler<Cfg>>;
+using Scheduler =
+    std::conditional_t<Cfg::kCfg.persistent, PersistentScheduler<Cfg>, SingleTileScheduler<Cfg>>;
 
 }  // namespace tileattn::detail::sm90

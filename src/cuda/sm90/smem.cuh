@@ -18,7 +18,9 @@ struct Smem {
   __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * kCfg.kv_bytes(); }
   __device__ uint8_t* v(int stage) const { return k(kCfg.stages + stage); }
   __device__ uint8_t* o() const { return kCfg.o_apart() ? k(2 * kCfg.stages) : q(); }
-  __device__ uint64_t* barriers() const { return reinterpret_cast<uint64_t*>(k(2 * kCfg.stages) + kCfg.o_bytes()); }
+  __device__ uint64_t* barriers() const {
+    return reinterpret_cast<uint64_t*>(k(2 * kCfg.stages) + kCfg.o_bytes());
+  }
   // [0] Q full; per stage s: K full, V full (the loads landed), K empty, V empty (released).
   __device__ uint64_t* q_full() const { return barriers(); }
   __device__ uint64_t* k_full(int s) const { return barriers() + 1 + s; }
@@ -31,7 +33,9 @@ struct Smem {
   __device__ uint64_t* tile_empty(int s) const { return barriers() + 4 + 4 * kCfg.stages + s; }
   // A ragged sequence's last V block, its rows past the keys zeroed (mainloop.cuh).
   __device__ uint64_t* v_tail() const { return barriers() + 6 + 4 * kCfg.stages; }
-  __device__ int64_t* tile_slot(int s) const { return reinterpret_cast<int64_t*>(barriers() + 7 + 4 * kCfg.stages) + s; }
+  __device__ int64_t* tile_slot(int s) const {
+    return reinterpret_cast<int64_t*>(barriers() + 7 + 4 * kCfg.stages) + s;
+  }
 };
 
 // The CTA's key block j (counted over all its tiles) sits in ring stage j % stages; the phase
@@ -41,7 +45,8 @@ struct Slot {
   int stage;
   uint32_t phase;
   __device__ explicit Slot(int64_t j)
-      : stage(static_cast<int>(j % Cfg::kCfg.stages)), phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
+      : stage(static_cast<int>(j % Cfg::kCfg.stages)),
+        phase(static_cast<uint32_t>((j / Cfg::kCfg.stages) & 1)) {}
 };
 
 // What the producer and the consumers count alike over a CTA's tiles: key blocks (the rings'

@@ -26,11 +26,15 @@ __device__ __forceinline__ uint64_t make_smem_desc(const void* tile, uint32_t lb
 
 // Moves a descriptor's start address by `bytes` (a multiple of 16): the next k16 slice is
 // +32 bytes along a K-major row, +2048 bytes (16 rows) down an N-major tile.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
 
 // Before the first wgmma and whenever registers they read or write were touched by other code.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
 // Waits until at most kPending committed groups are still running.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
