@@ -44,13 +44,15 @@ Partials random_partials(int64_t S, int64_t B, int64_t L, int64_t H, int64_t D, 
   // Row (b=0, l=1, h=0): splits 1 and 3 empty, their outputs garbage (NaN). Row (b=1, l=0, h=*):
   // every split empty. Row (b=0, l=2, h=1): split 0's LSE is NaN, which must propagate.
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  // (Each only where the shape has that row and split.)
   for (int64_t s : {1, 3}) {
+    if (s >= S || L < 2) continue;
     p.lse.set({s, 0, 0, 1}, -kInf);
     for (int64_t d = 0; d < D; ++d) p.o.set({s * B + 0, 1, 0, d}, nan);
   }
-  for (int64_t s = 0; s < S; ++s)
+  for (int64_t s = 0; s < S && B > 1; ++s)
     for (int64_t h = 0; h < H; ++h) p.lse.set({s, 1, h, 0}, -kInf);
-  p.lse.set({0, 0, 1, 2}, nan);
+  if (H > 1 && L > 2) p.lse.set({0, 0, 1, 2}, nan);
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace tileattn::test {
 namespace {
@@ -178,7 +179,13 @@ int64_t HostTensor::numel() const {
 
 int64_t HostTensor::position(const Index& idx) const {
   int64_t pos = base_;
-  for (int d = 0; d < rank(); ++d) pos += idx[d] * stride_[d];
+  for (int d = 0; d < rank(); ++d) {
+    // An index outside the shape is a bug of the test: fail loudly, never touch other memory.
+    if (idx[d] < 0 || idx[d] >= shape_[d])
+      throw std::out_of_range("HostTensor index " + std::to_string(idx[d]) + " in dim " + std::to_string(d) +
+                              " outside its size " + std::to_string(shape_[d]));
+    pos += idx[d] * stride_[d];
+  }
   return pos;
 }
 
