@@ -105,6 +105,14 @@ void Case::run_oracle() {
                    seqlens([](const HostTensor& t) { return t.ref(); }, &refs), problem.options);
 }
 
+HostTensor like_q(const Problem& p, DType dtype, Layout layout) {
+  return rows_tensor(p, p.packed_q, p.lens_q, p.seqlen_q, p.heads_q, layout, dtype);
+}
+
+HostTensor like_k(const Problem& p, DType dtype, Layout layout) {
+  return rows_tensor(p, p.packed_k, p.lens_k, p.seqlen_k, p.heads_kv, layout, dtype);
+}
+
 Result fresh_outputs(const Problem& p) {
   Result r;
   if (p.packed_q) {

@@ -136,6 +136,9 @@ struct Result {
   HostTensor out, lse;  // in the problem's dtype (lse fp32) and output layouts
 };
 Result fresh_outputs(const Problem& p);  // poisoned, in the problem's output layouts
+// A tensor shaped like the problem's q (or k): packed or dense in `layout`, of `dtype`.
+HostTensor like_q(const Problem& p, DType dtype, Layout layout);
+HostTensor like_k(const Problem& p, DType dtype, Layout layout);
 
 // Fresh poisoned outputs, then forward() / eager() with the problem's options (or `options`).
 Result run_forward(const Case& c);

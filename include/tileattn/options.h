@@ -32,6 +32,9 @@ struct Options {
   // at the cost of a synchronization; bad values then raise an Error naming the tensor and
   // entry instead of running on them. CPU index tensors are always validated.
   bool check_indices = false;
+  // backward(): the same bits on every run (a fixed order for every gradient sum). The CPU
+  // backward is deterministic whatever this says.
+  bool deterministic = false;
 
   Kernel kernel = Kernel::kAuto;
   Rescale rescale = Rescale::kConditional;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tileattn/attention.h"
+#include "tileattn/backward.h"
 #include "tileattn/convert.h"
 #include "tileattn/error.h"
 #include "tileattn/options.h"

@@ -63,6 +63,19 @@ struct AttnParams {
   }
 };
 
+// A backward call: the forward's problem (q, k, v, out, lse and options as forward() took
+// them) and the output gradient in, the input gradients out. Strides as the forward's.
+struct BackwardParams {
+  AttnParams fwd;
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  Strides4 dout_stride, dq_stride, dk_stride, dv_stride;
+  DType grad_dtype = DType::kFloat32;  // dq, dk, dv (the oracle writes fp64)
+  bool deterministic = false;
+};
+
 // The address of element `offset` (in elements) of a buffer of the given dtype.
 inline const char* element_ptr(const void* base, DType dtype, int64_t offset) {
   return static_cast<const char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));

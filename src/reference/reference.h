@@ -15,4 +15,11 @@ void oracle(const AttnParams& p, int64_t row_begin, int64_t row_end);
 // working dtype (the softmax itself in fp32), then O = P V. Returns the bytes S and P took.
 int64_t eager(const AttnParams& p);
 
+// The backward's fp64 oracle: O, LSE, P and the gradients materialized in double from q, k, v
+// and dout (b.fwd.out and lse unused), per sequence; dq, dk, dv in b.grad_dtype.
+void oracle_backward(const BackwardParams& b);
+
+// The backward as eager autograd runs it: S, P, dP and dS rounded to the working dtype.
+void eager_backward(const BackwardParams& b);
+
 }  // namespace tileattn::detail::reference

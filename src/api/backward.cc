@@ -1,0 +1,171 @@
+// backward.cc: the public backward entry points: validate once (the forward's arguments through
+// make_params, then dout and the gradients), select, run.
+#include <string>
+
+#include "api/validate.h"
+#include "cpu/cpu_backward.h"
+#include "reference/reference.h"
+#include "tileattn/tileattn.h"
+
+namespace tileattn {
+namespace {
+
+std::string str(int64_t x) { return std::to_string(x); }
+
+// t must be a view of like's shape on like's device (dtype checked by the caller).
+void check_like(const char* name, const TensorRef& t, const char* like_name, const TensorRef& like) {
+  if (t.rank != like.rank)
+    throw Error(name, "rank " + str(t.rank) + " (shape " + shape_string(t) + "), expected " + str(like.rank) +
+                          " dims as " + like_name);
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] != like.shape[d])
+      throw Error(name,
+                  "shape " + shape_string(t) + " differs from " + like_name + "'s " + shape_string(like));
+    if (t.stride[d] < 0)
+      throw Error(name, "stride " + str(t.stride[d]) + " in dim " + str(d) + " is negative");
+  }
+  if (t.numel() > 0 && t.data == nullptr) throw Error(name, "data is null for shape " + shape_string(t));
+  if (t.device != like.device)
+    throw Error(
+        name, "is on " + device_name(t.device) + " but " + like_name + " is on " + device_name(like.device));
+}
+
+std::pair<uintptr_t, uintptr_t> span(const TensorRef& t) {
+  if (t.numel() == 0) return {1, 0};
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
+  const auto lo = reinterpret_cast<uintptr_t>(t.data);
+  return {lo, lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype))) - 1};
+}
+
+bool overlaps(const TensorRef& a, const TensorRef& b) {
+  const auto x = span(a), y = span(b);
+  return x.first <= x.second && y.first <= y.second && x.first <= y.second && y.first <= x.second;
+}
+
+detail::Strides4 strides4(const TensorRef& t) {
+  return t.rank == 4 ? detail::Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
+                     : detail::Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
+}
+
+// The gradients: shaped like q, k, v, in `dtype` (or any float dtype for the oracle), disjoint
+// from each other and from every input.
+void check_grads(const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const TensorRef& q,
+                 const TensorRef& k, const TensorRef& v,
+                 std::initializer_list<std::pair<const char*, const TensorRef*>> inputs, const DType* dtype) {
+  check_like("dq", dq, "q", q);
+  check_like("dk", dk, "k", k);
+  check_like("dv", dv, "v", v);
+  for (auto [name, t] : {std::pair<const char*, const TensorRef*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}) {
+    if (dtype && t->dtype != *dtype)
+      throw Error(name,
+                  std::string("dtype ") + dtype_name(t->dtype) + " differs from q's " + dtype_name(*dtype));
+    if (!dtype && (t->dtype == DType::kInt32)) throw Error(name, "dtype int32 is not a floating-point dtype");
+    for (auto [in_name, in] : inputs)
+      if (in && overlaps(*t, *in)) throw Error(name, std::string("overlaps ") + in_name + " in memory");
+  }
+  if (overlaps(dq, dk) || overlaps(dq, dv)) throw Error("dq", "overlaps another gradient in memory");
+  if (overlaps(dk, dv)) throw Error("dk", "overlaps dv in memory");
+}
+
+detail::BackwardParams prepare(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
+                               const TensorRef& v, const TensorRef& out, const TensorRef& lse,
+                               const TensorRef& dq, const TensorRef& dk, const TensorRef& dv,
+                               const Seqlens* seqlens, const Options& options) {
+  detail::BackwardParams b;
+  if (auto e = detail::make_params(q, k, v, out, &lse, seqlens, options, detail::Entry::kForward, &b.fwd))
+    throw *e;
+  check_like("dout", dout, "out", out);
+  if (dout.dtype != q.dtype)
+    throw Error("dout",
+                std::string("dtype ") + dtype_name(dout.dtype) + " differs from q's " + dtype_name(q.dtype));
+  check_grads(dq, dk, dv, q, k, v,
+              {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout}}, &q.dtype);
+  if (seqlens)
+    for (const TensorRef* t :
+         {seqlens->cu_seqlens_q, seqlens->cu_seqlens_k, seqlens->seqused_q, seqlens->seqused_k})
+      if (t)
+        for (auto [name, g] : {std::pair<const char*, const TensorRef*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}})
+          if (overlaps(*g, *t)) throw Error(name, "overlaps an index tensor in memory");
+  b.dout = dout.data;
+  b.dout_stride = strides4(dout);
+  b.dq = dq.data, b.dk = dk.data, b.dv = dv.data;
+  b.dq_stride = strides4(dq), b.dk_stride = strides4(dk), b.dv_stride = strides4(dv);
+  b.grad_dtype = q.dtype;
+  b.deterministic = options.deterministic;
+  return b;
+}
+
+void run(const detail::BackwardParams& b, const Device& device) {
+  if (device.kind != DeviceKind::kCPU)
+    throw Error(
+        "q", "is on " + device_name(device) +
+                 "; this version of tileattn computes gradients on CPU tensors only (no CUDA backward yet)");
+  detail::cpu::backward(b);
+}
+
+// The oracle's and eager's arguments: q, k, v and dout (no forward results), the gradients.
+detail::BackwardParams prepare_baseline(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
+                                        const TensorRef& v, const TensorRef& dq, const TensorRef& dk,
+                                        const TensorRef& dv, const Seqlens* seqlens, const Options& options,
+                                        detail::Entry entry) {
+  detail::BackwardParams b;
+  // dq stands in for forward's out (the same shape); the oracle computes O itself.
+  if (auto e = detail::make_params(q, k, v, dq, nullptr, seqlens, options, entry, &b.fwd)) throw *e;
+  b.fwd.out = nullptr;
+  check_like("dout", dout, "q", q);
+  if (entry == detail::Entry::kEager && dout.dtype != q.dtype)
+    throw Error("dout",
+                std::string("dtype ") + dtype_name(dout.dtype) + " differs from q's " + dtype_name(q.dtype));
+  if (dout.dtype == DType::kInt32) throw Error("dout", "dtype int32 is not a floating-point dtype");
+  check_grads(dq, dk, dv, q, k, v, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}},
+              entry == detail::Entry::kEager ? &q.dtype : nullptr);
+  if (dq.dtype != dk.dtype || dq.dtype != dv.dtype)
+    throw Error("dk",
+                std::string("dtype ") + dtype_name(dk.dtype) + " differs from dq's " + dtype_name(dq.dtype));
+  b.dout = dout.data;
+  b.dout_stride = strides4(dout);
+  b.dq = dq.data, b.dk = dk.data, b.dv = dv.data;
+  b.dq_stride = strides4(dq), b.dk_stride = strides4(dk), b.dv_stride = strides4(dv);
+  b.grad_dtype = dq.dtype;
+  b.fwd.out_dtype = dout.dtype;  // the oracle reads dout in its own dtype
+  return b;
+}
+
+}  // namespace
+
+void backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+              const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
+              const TensorRef& dv, const Options& options) {
+  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, nullptr, options), q.device);
+}
+
+void backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                     const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
+                     const TensorRef& dv, const Seqlens& seqlens, const Options& options) {
+  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, &seqlens, options), q.device);
+}
+
+void reference_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                        const TensorRef& dq, const TensorRef& dk, const TensorRef& dv,
+                        const Options& options) {
+  detail::reference::oracle_backward(
+      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kReference));
+}
+
+void reference_backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
+                               const TensorRef& v, const TensorRef& dq, const TensorRef& dk,
+                               const TensorRef& dv, const Seqlens& seqlens, const Options& options) {
+  detail::reference::oracle_backward(
+      prepare_baseline(dout, q, k, v, dq, dk, dv, &seqlens, options, detail::Entry::kReference));
+}
+
+void eager_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                    const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const Options& options) {
+  if (q.device.kind != DeviceKind::kCPU)
+    throw Error("q", "is on " + device_name(q.device) + "; eager_backward runs on CPU tensors only");
+  detail::reference::eager_backward(
+      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kEager));
+}
+
+}  // namespace tileattn

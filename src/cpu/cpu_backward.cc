@@ -1,0 +1,176 @@
+// cpu_backward.cc: FlashAttention-2's backward on the CPU. For each (sequence, KV head), its keys
+// and values once as fp32, then for each of its query heads and each block of 64 query rows:
+//   S = Q K^T (recomputed), P = exp(scale S - lse) (from the forward's LSE: no second softmax),
+//   dV += P^T dO, dP = dO V^T, dS = P (dP - D) with D = rowsum(dO * O) (softcap: 1 - tanh^2),
+//   dQ = scale dS K (written when the row block is done), dK += scale dS^T Q,
+// over the key blocks the mask leaves the row block; dK and dV are written once the KV head's
+// query heads are all done (GQA sums them there). A key a row does not see contributes to
+// neither's gradient, NaN included: partly masked blocks multiply only the visible spans.
+#include "cpu/cpu_backward.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/mask.h"
+#include "common/online_softmax.h"
+#include "simd/simd.h"
+
+namespace tileattn::detail::cpu {
+namespace {
+
+constexpr int64_t kBlockQ = 64, kBlockK = 64;
+
+struct Workspace {
+  std::vector<float> kf, kt, vt, dk, dv;  // the KV head: K [Lk][Dp], K^T and V^T [D][Lkp], dK, dV [Lk][Dp]
+  std::vector<float> q, dout, dq;         // a row block: [Br][Dp]
+  std::vector<float> s, prob, ds;         // [Br][Bc]
+  std::vector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
+
+  void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
+    kf.assign(lk * dp, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);
+    dk.assign(lk * dp, 0.0f), dv.assign(lk * dp, 0.0f);
+    q.assign(kBlockQ * dp, 0.0f), dout.assign(kBlockQ * dp, 0.0f), dq.assign(kBlockQ * dp, 0.0f);
+    s.assign(kBlockQ * kBlockK, 0.0f), prob.assign(kBlockQ * kBlockK, 0.0f),
+        ds.assign(kBlockQ * kBlockK, 0.0f);
+    lse2.assign(kBlockQ, 0.0f), delta.assign(kBlockQ, 0.0f), row.assign(dp, 0.0f);
+  }
+};
+
+template <class Mask>
+void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, int64_t hk, Workspace& ws) {
+  const AttnParams& p = bp.fwd;
+  const SeqInfo seq = seq_info(p.seqs, b);
+  const int64_t Lq = seq.len_q, Lk = seq.len_k, D = p.head_dim, W = simd.width;
+  const int64_t Dp = round_up(D, W), Lkp = round_up(std::max<int64_t>(Lk, 1), W);
+  const Mask mask = Mask::make(Lq, Lk, p.window_left, p.window_right);
+  const float scale = p.scale, cap = p.softcap;
+  ws.reserve(Lk, Lkp, D, Dp);
+  for (int64_t j = 0; j < Lk; ++j) {
+    const int64_t row = seq.k_start + j;
+    simd.load(element_ptr(p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h), p.dtype,
+              p.k_stride.d, &ws.kf[j * Dp], D, 1.0f);
+    simd.load(element_ptr(p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h), p.dtype,
+              p.v_stride.d, ws.row.data(), D, 1.0f);
+    for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dp + d], ws.vt[d * Lkp + j] = ws.row[d];
+  }
+  const auto store_rows = [&](void* base, const Strides4& st, int64_t row0, int64_t h, const float* src,
+                              int64_t n, float mul) {
+    for (int64_t r = 0; r < n; ++r)
+      simd.store(src + r * Dp, mul,
+                 const_cast<char*>(element_ptr(base, bp.grad_dtype, b * st.b + (row0 + r) * st.l + h * st.h)),
+                 bp.grad_dtype, st.d, D);
+  };
+
+  for (int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
+    for (int64_t i0 = 0; i0 < Lq; i0 += kBlockQ) {
+      const int64_t rows = std::min(kBlockQ, Lq - i0);
+      // The row block: Q, dO, D = rowsum(dO * O) and the LSE (log2 units; -inf: no key seen).
+      std::fill(ws.q.begin(), ws.q.end(), 0.0f), std::fill(ws.dout.begin(), ws.dout.end(), 0.0f);
+      std::fill(ws.dq.begin(), ws.dq.end(), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = seq.q_start + i0 + r;
+        simd.load(element_ptr(p.q, p.dtype, b * p.q_stride.b + row * p.q_stride.l + h * p.q_stride.h),
+                  p.dtype, p.q_stride.d, &ws.q[r * Dp], D, 1.0f);
+        simd.load(element_ptr(bp.dout, p.dtype,
+                              b * bp.dout_stride.b + row * bp.dout_stride.l + h * bp.dout_stride.h),
+                  p.dtype, bp.dout_stride.d, &ws.dout[r * Dp], D, 1.0f);
+        simd.load(element_ptr(p.out, p.dtype, b * p.out_stride.b + row * p.out_stride.l + h * p.out_stride.h),
+                  p.dtype, p.out_stride.d, ws.row.data(), D, 1.0f);
+        float delta = 0;
+        for (int64_t d = 0; d < D; ++d) delta += ws.dout[r * Dp + d] * ws.row[d];
+        ws.delta[r] = delta;
+        ws.lse2[r] =
+            static_cast<const float*>(p.lse)[b * p.lse_stride.b + h * p.lse_stride.h + row * p.lse_stride.l] *
+            kLog2e;
+      }
+      int64_t n_begin, n_end;
+      key_block_range(mask, i0, i0 + rows, kBlockK, &n_begin, &n_end);
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        const int64_t k0 = n * kBlockK, kn = std::min(kBlockK, Lk - k0), knp = round_up(kn, W);
+        const bool visible = block_fully_visible(mask, i0, i0 + rows, k0, k0 + kn);
+        // S = Q K^T, P from the LSE, dP = dO V^T, dS.
+        simd.gemm(rows, knp, D, ws.q.data(), Dp, 1, ws.kt.data() + k0, Lkp, ws.s.data(), kBlockK, false);
+        simd.gemm(rows, knp, D, ws.dout.data(), Dp, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), kBlockK, false);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t lo = mask.lo(i0 + r) - k0, hi = mask.hi(i0 + r) - k0;
+          float* s = &ws.s[r * kBlockK];
+          float* pr = &ws.prob[r * kBlockK];
+          float* ds = &ws.ds[r * kBlockK];
+          for (int64_t c = 0; c < kBlockK; ++c) {
+            if (c >= kn || c < lo || c >= hi || ws.lse2[r] == -INFINITY) {
+              pr[c] = ds[c] = 0.0f;  // hidden (or past the keys): no weight, no gradient
+              continue;
+            }
+            float x = s[c] * scale, dtanh = 1.0f;
+            if (cap > 0) {
+              const float t = std::tanh(x / cap);
+              x = cap * t, dtanh = 1.0f - t * t;
+            }
+            pr[c] = std::exp2(x * kLog2e - ws.lse2[r]);
+            ds[c] = pr[c] * (ds[c] - ws.delta[r]) * dtanh;
+          }
+        }
+        // dQ += dS K, dK += dS^T Q, dV += P^T dO: whole blocks when every row sees every key,
+        // else each row (each key) over the span it sees, so a hidden NaN reaches no gradient.
+        if (visible) {
+          simd.gemm(rows, Dp, kn, ws.ds.data(), kBlockK, 1, &ws.kf[k0 * Dp], Dp, ws.dq.data(), Dp, true);
+          simd.gemm(kn, Dp, rows, ws.ds.data(), 1, kBlockK, ws.q.data(), Dp, &ws.dk[k0 * Dp], Dp, true);
+          simd.gemm(kn, Dp, rows, ws.prob.data(), 1, kBlockK, ws.dout.data(), Dp, &ws.dv[k0 * Dp], Dp, true);
+          continue;
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0),
+                        hi = std::min(kn, mask.hi(i0 + r) - k0);
+          if (lo < hi)
+            simd.gemm(1, Dp, hi - lo, &ws.ds[r * kBlockK + lo], kBlockK, 1, &ws.kf[(k0 + lo) * Dp], Dp,
+                      &ws.dq[r * Dp], Dp, true);
+        }
+        for (int64_t c = 0; c < kn; ++c) {
+          // Rows of the block that see key k0 + c: a contiguous run (lo and hi grow with the row).
+          int64_t r0 = 0, r1 = rows;
+          while (r0 < rows && mask.hi(i0 + r0) <= k0 + c) ++r0;
+          while (r1 > r0 && mask.lo(i0 + r1 - 1) > k0 + c) --r1;
+          if (r0 >= r1) continue;
+          simd.gemm(1, Dp, r1 - r0, &ws.ds[r0 * kBlockK + c], 1, kBlockK, &ws.q[r0 * Dp], Dp,
+                    &ws.dk[(k0 + c) * Dp], Dp, true);
+          simd.gemm(1, Dp, r1 - r0, &ws.prob[r0 * kBlockK + c], 1, kBlockK, &ws.dout[r0 * Dp], Dp,
+                    &ws.dv[(k0 + c) * Dp], Dp, true);
+        }
+      }
+      store_rows(bp.dq, bp.dq_stride, seq.q_start + i0, h, ws.dq.data(), rows, scale);
+    }
+  store_rows(bp.dk, bp.dk_stride, seq.k_start, hk, ws.dk.data(), Lk, scale);
+  store_rows(bp.dv, bp.dv_stride, seq.k_start, hk, ws.dv.data(), Lk, 1.0f);
+}
+
+template <class Mask>
+void run(const BackwardParams& bp) {
+  const AttnParams& p = bp.fwd;
+  const SimdKernels& simd = detail::simd();
+  const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    Workspace ws;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < p.batch * p.heads_kv; ++item)
+      run_kv_head<Mask>(bp, simd, item / p.heads_kv, item % p.heads_kv, ws);
+  }
+}
+
+}  // namespace
+
+void backward(const BackwardParams& b) {
+  const AttnParams& p = b.fwd;
+  if (p.batch == 0) return;
+  if (!p.has_window())
+    run<NoMask>(b);
+  else if (p.window_left < 0 && p.window_right == 0)
+    run<CausalMask>(b);
+  else
+    run<WindowMask>(b);
+}
+
+}  // namespace tileattn::detail::cpu

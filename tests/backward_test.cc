@@ -1,0 +1,269 @@
+// backward_test.cc: backward() on the CPU against the fp64 oracle of DESIGN.md section 7's
+// formulas, with eager autograd's error in the same dtype as the yardstick (err <= 3 err(eager)
+// + atol for dq, dk and dv each); varlen batches against each sequence run alone; NaN, empty
+// rows, GQA sums, determinism and bad arguments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace tileattn::test {
+namespace {
+
+struct Grads {
+  HostTensor dq, dk, dv;
+};
+
+Grads fresh_grads(const Problem& p, DType dtype) {
+  Grads g{like_q(p, dtype, p.q_layout), like_k(p, dtype, p.kv_layout), like_k(p, dtype, p.kv_layout)};
+  g.dq.poison(), g.dk.poison(), g.dv.poison();
+  return g;
+}
+
+// A case with its forward done (out, lse) and a random output gradient.
+struct BackwardCase {
+  Case c;
+  Result fwd;
+  HostTensor dout;
+  std::array<TensorRef, 4> index_refs;
+  Seqlens seqlens;
+
+  explicit BackwardCase(const Problem& p) : c(p, rng_for(p.name())()) {
+    Problem with_lse = p;
+    with_lse.with_lse = true;
+    c.problem = with_lse;
+    fwd = run_forward(c);
+    dout = like_q(p, p.dtype, p.out_layout);
+    std::mt19937_64 rng = rng_for(p.name() + " dout");
+    dout.fill_normal(rng);
+    seqlens = c.seqlens([](const HostTensor& t) { return t.ref(); }, &index_refs);
+  }
+  Grads run(const Options& options) const {
+    Grads g = fresh_grads(c.problem, c.problem.dtype);
+    if (c.problem.varlen())
+      backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
+                      g.dk.ref(), g.dv.ref(), seqlens, options);
+    else
+      backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
+               g.dk.ref(), g.dv.ref(), options);
+    return g;
+  }
+  Grads oracle() const {
+    Grads g = fresh_grads(c.problem, DType::kFloat64);
+    if (c.problem.varlen())
+      reference_backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(),
+                                g.dv.ref(), seqlens, c.problem.options);
+    else
+      reference_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
+                         c.problem.options);
+    return g;
+  }
+  Grads eager() const {
+    Grads g = fresh_grads(c.problem, c.problem.dtype);
+    eager_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
+                   c.problem.options);
+    return g;
+  }
+};
+
+// Largest |x - ref| where ref is finite; non-finite ref values (and elements the oracle left
+// unwritten: rows past seqused) must be matched exactly. Returns the error, counts mismatches.
+double grad_error(const HostTensor& x, const HostTensor& ref, int64_t* mismatches, double* ref_max) {
+  double err = 0;
+  ref.for_each([&](const Index& i) {
+    if (ref.is_poison(i)) {
+      *mismatches += !x.is_poison(i);
+      return;
+    }
+    const double r = ref.get(i), v = x.get(i);
+    if (std::isnan(r))
+      *mismatches += !std::isnan(v);
+    else if (!std::isfinite(v))
+      ++*mismatches;
+    else
+      err = std::max(err, std::abs(v - r)), *ref_max = std::max(*ref_max, std::abs(r));
+  });
+  return err;
+}
+
+// Gradients' atol: a few roundings of the largest gradient in the dtype.
+double grad_atol(DType dtype, double scale) {
+  const double eps = dtype == DType::kFloat32   ? 1e-6
+                     : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
+                                                : std::ldexp(1.0, -7);
+  return eps * std::max(1.0, scale);
+}
+
+void check(const Problem& p) {
+  const BackwardCase bc(p);
+  const Grads ours = bc.run(p.options), ref = bc.oracle();
+  const bool dense = !p.varlen();
+  const Grads base = dense ? bc.eager() : Grads{};
+  const char* names[] = {"dq", "dk", "dv"};
+  const HostTensor* o[] = {&ours.dq, &ours.dk, &ours.dv};
+  const HostTensor* r[] = {&ref.dq, &ref.dk, &ref.dv};
+  const HostTensor* e[] = {&base.dq, &base.dk, &base.dv};
+  for (int g = 0; g < 3; ++g) {
+    int64_t mismatches = 0, eager_mismatches = 0;
+    double ref_max = 0, eager_max = 0;
+    const double err = grad_error(*o[g], *r[g], &mismatches, &ref_max);
+    EXPECT_EQ(mismatches, 0) << names[g] << ": non-finite or stray values differ from the oracle's";
+    EXPECT_EQ(o[g]->count_gaps_changed(), 0) << names[g] << " written outside its view";
+    const double atol = grad_atol(p.dtype, ref_max);
+    if (dense) {
+      const double eager_err = grad_error(*e[g], *r[g], &eager_mismatches, &eager_max);
+      EXPECT_LE(err, 3 * eager_err + atol)
+          << names[g] << ": eager's error " << eager_err << ", |grad| " << ref_max;
+    }
+    if (p.dtype == DType::kFloat32) EXPECT_LE(err, 1e-4 * std::max(1.0, ref_max)) << names[g] << " (fp32)";
+  }
+}
+
+Problem make(int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d, DType dtype) {
+  Problem p;
+  p.seqlen_q = lq, p.seqlen_k = lk, p.heads_q = hq, p.heads_kv = hkv, p.head_dim = d, p.dtype = dtype;
+  return p;
+}
+
+std::vector<Problem> problems() {
+  std::vector<Problem> out;
+  const struct {
+    int64_t lq, lk, hq, hkv, d;
+  } shapes[] = {
+      {1, 1, 2, 1, 16}, {17, 63, 4, 2, 40}, {65, 64, 2, 2, 64}, {113, 203, 8, 1, 32}, {203, 113, 2, 1, 96}};
+  for (const auto& s : shapes)
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+      for (int mask = 0; mask < 4; ++mask) {
+        Problem p = make(s.lq, s.lk, s.hq, s.hkv, s.d, dtype);
+        if (mask == 1) p.options.causal = true;
+        if (mask == 2) p.options.window_left = 20, p.options.window_right = 5;
+        if (mask == 3) p.options.softcap = 8.0f, p.options.causal = true;
+        out.push_back(p);
+      }
+  Problem strided = make(70, 90, 4, 2, 32, DType::kBFloat16);
+  strided.batch = 2;
+  strided.q_layout = strided.kv_layout = strided.out_layout = Layout::kBHLD;
+  out.push_back(strided);
+  return out;
+}
+
+class Backward : public testing::TestWithParam<Problem> {};
+TEST_P(Backward, MatchesOracle) { check(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cpu, Backward, testing::ValuesIn(problems()), [](const auto& info) {
+  return info.param.name() + "_" + std::to_string(info.index);
+});
+
+TEST(Backward, VarlenMatchesOracleAndEachSequenceAlone) {
+  Problem base = make(0, 0, 4, 2, 32, DType::kFloat32);
+  base.options.causal = true;
+  Problem p = varlen_problem(base, {17, 0, 65, 1}, {63, 4, 65, 130});
+  p.used_k = {63, 4, 40, 130};
+  check(p);
+  // Each sequence as a dense batch of one gives the same bits (the same work item, in order).
+  const BackwardCase bc(p);
+  const Grads all = bc.run(p.options);
+  int64_t q0 = 0, k0 = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    Problem one = make(p.len_q(b), p.len_k(b), 4, 2, 32, DType::kFloat32);
+    one.options = p.options;
+    if (one.seqlen_q > 0 && one.seqlen_k > 0) {
+      BackwardCase s(one);
+      for (auto [dst, src, start, n] :
+           {std::tuple<HostTensor*, const HostTensor*, int64_t, int64_t>{&s.c.q, &bc.c.q, q0, one.seqlen_q},
+            {&s.dout, &bc.dout, q0, one.seqlen_q},
+            {&s.fwd.out, &bc.fwd.out, q0, one.seqlen_q},
+            {&s.c.k, &bc.c.k, k0, one.seqlen_k},
+            {&s.c.v, &bc.c.v, k0, one.seqlen_k}})
+        dst->for_each([&](const Index& i) { dst->set(i, src->get({start + i[1], i[2], i[3], 0})); });
+      s.fwd.lse.for_each([&](const Index& i) { s.fwd.lse.set(i, bc.fwd.lse.get({i[1], q0 + i[2], 0, 0})); });
+      const Grads g = s.run(one.options);
+      g.dq.for_each([&](const Index& i) { EXPECT_EQ(g.dq.get(i), all.dq.get({q0 + i[1], i[2], i[3], 0})); });
+      g.dk.for_each([&](const Index& i) { EXPECT_EQ(g.dk.get(i), all.dk.get({k0 + i[1], i[2], i[3], 0})); });
+    }
+    q0 += p.lens_q[b], k0 += p.lens_k[b];
+  }
+}
+
+TEST(Backward, NanReachesOnlyWhatSeesIt) {
+  Problem p = make(80, 80, 2, 1, 32, DType::kFloat32);
+  p.options.causal = true;
+  BackwardCase bc(p);
+  bc.c.k.set({0, 50, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 50 do not see key 50
+  bc.c.run_oracle();
+  bc.fwd = run_forward(bc.c);
+  const Grads g = bc.run(p.options);
+  for (int64_t i = 0; i < 50; ++i)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 32; ++d) ASSERT_TRUE(std::isfinite(g.dq.get({0, i, h, d}))) << i;
+  for (int64_t d = 0; d < 32; ++d) EXPECT_TRUE(std::isnan(g.dq.get({0, 60, 0, d})));
+  check(p);  // and the oracle's NaN pattern everywhere else
+}
+
+TEST(Backward, RowsThatSeeNoKeyGetZero) {
+  Problem p = make(90, 40, 2, 2, 16, DType::kBFloat16);
+  p.options.window_left = 0, p.options.window_right = 0;  // rows 0..49 sit before every key
+  check(p);
+  const BackwardCase bc(p);
+  const Grads g = bc.run(p.options);
+  for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(g.dq.get({0, 10, 1, d}), 0.0);
+}
+
+TEST(Backward, SameBitsForAnyThreadCountAndRun) {
+  Problem p = make(150, 170, 8, 2, 64, DType::kBFloat16);
+  p.batch = 3;
+  p.options.causal = true;
+  const BackwardCase bc(p);
+  Options one = p.options;
+  one.num_threads = 1;
+  const Grads first = bc.run(one);
+  for (int threads : {2, 3, 0}) {
+    Options o = p.options;
+    o.num_threads = threads;
+    o.deterministic = threads == 3;
+    const Grads again = bc.run(o);
+    EXPECT_TRUE(again.dq.bytes() == first.dq.bytes() && again.dk.bytes() == first.dk.bytes() &&
+                again.dv.bytes() == first.dv.bytes())
+        << threads << " threads";
+  }
+}
+
+TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
+  const BackwardCase bc(make(9, 11, 2, 1, 16, DType::kFloat32));
+  Grads g = fresh_grads(bc.c.problem, DType::kFloat32);
+  const TensorRef dq = g.dq.ref(), dk = g.dk.ref(), dv = g.dv.ref();
+  auto expect = [&](const TensorRef& dout, const TensorRef& lse, const TensorRef& gq, const TensorRef& gk,
+                    const std::string& argument, const std::string& text) {
+    try {
+      backward(dout, bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), lse, gq, gk, dv);
+      ADD_FAILURE() << "accepted: " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
+    EXPECT_EQ(g.dk.count_unwritten(), g.dk.numel());
+  };
+  TensorRef bad = dq;
+  bad.shape[1] = 8;
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), bad, dk, "dq", "differs from q's");
+  bad = dk;
+  bad.dtype = DType::kBFloat16;
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dk", "dtype bf16");
+  bad = bc.dout.ref();
+  bad.shape[2] = 1;
+  expect(bad, bc.fwd.lse.ref(), dq, dk, "dout", "differs from out's");
+  bad = bc.fwd.lse.ref();
+  bad.shape[2] = 3;
+  expect(bc.dout.ref(), bad, dq, dk, "lse", "seqlen_q (dim 2) is 3");
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), bc.c.q.ref(), dk, "dq", "overlaps q");
+  bad = dk;
+  bad.data = g.dq.ref().data;  // dk's shape, inside dq's memory
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dq", "overlaps another gradient");
+}
+
+}  // namespace
+}  // namespace tileattn::test
