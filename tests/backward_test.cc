@@ -24,15 +24,18 @@ Grads fresh_grads(const Problem& p, DType dtype) {
   return g;
 }
 
-// A case with its forward done (out, lse) and a random output gradient.
+// A case with its forward done (out, lse), a random output gradient and, with `with_dlse`, a
+// random gradient of the LSE too.
 struct BackwardCase {
   Case c;
   Result fwd;
-  HostTensor dout;
+  HostTensor dout, dlse;
   std::array<TensorRef, 4> index_refs;
   Seqlens seqlens;
+  bool with_dlse = false;
 
-  explicit BackwardCase(const Problem& p) : c(p, rng_for(p.name())()) {
+  explicit BackwardCase(const Problem& p, bool with_dlse = false)
+      : c(p, rng_for(p.name())()), with_dlse(with_dlse) {
     Problem with_lse = p;
     with_lse.with_lse = true;
     c.problem = with_lse;
@@ -41,31 +44,40 @@ struct BackwardCase {
     std::mt19937_64 rng = rng_for(p.name() + " dout");
     dout.fill_normal(rng);
     seqlens = c.seqlens([](const HostTensor& t) { return t.ref(); }, &index_refs);
+    std::vector<int64_t> lse_shape;
+    for (int d = 0; d < fwd.lse.rank(); ++d) lse_shape.push_back(fwd.lse.dim(d));
+    dlse = HostTensor::contiguous(DType::kFloat32, lse_shape);
+    dlse.fill_normal(rng);
+  }
+  const TensorRef* dlse_ref() const {
+    static thread_local TensorRef ref;
+    ref = dlse.ref();
+    return with_dlse ? &ref : nullptr;
   }
   Grads run(const Options& options) const {
     Grads g = fresh_grads(c.problem, c.problem.dtype);
     if (c.problem.varlen())
       backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
-                      g.dk.ref(), g.dv.ref(), seqlens, options);
+                      g.dk.ref(), g.dv.ref(), seqlens, options, dlse_ref());
     else
       backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
-               g.dk.ref(), g.dv.ref(), options);
+               g.dk.ref(), g.dv.ref(), options, dlse_ref());
     return g;
   }
   Grads oracle() const {
     Grads g = fresh_grads(c.problem, DType::kFloat64);
     if (c.problem.varlen())
       reference_backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(),
-                                g.dv.ref(), seqlens, c.problem.options);
+                                g.dv.ref(), seqlens, c.problem.options, dlse_ref());
     else
       reference_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
-                         c.problem.options);
+                         c.problem.options, dlse_ref());
     return g;
   }
   Grads eager() const {
     Grads g = fresh_grads(c.problem, c.problem.dtype);
     eager_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
-                   c.problem.options);
+                   c.problem.options, dlse_ref());
     return g;
   }
 };
@@ -98,8 +110,8 @@ double grad_atol(DType dtype, double scale) {
   return eps * std::max(1.0, scale);
 }
 
-void check(const Problem& p) {
-  const BackwardCase bc(p);
+void check(const Problem& p, bool with_dlse = false) {
+  const BackwardCase bc(p, with_dlse);
   const Grads ours = bc.run(p.options), ref = bc.oracle();
   const bool dense = !p.varlen();
   const Grads base = dense ? bc.eager() : Grads{};
@@ -186,6 +198,78 @@ TEST(Backward, VarlenMatchesOracleAndEachSequenceAlone) {
     }
     q0 += p.lens_q[b], k0 += p.lens_k[b];
   }
+}
+
+// The oracle's formulas against central differences of the fp64 forward oracle, for the loss
+// sum(dout * out) + sum(dlse * lse): every gradient element, masks and softcap included.
+TEST(Backward, OracleIsTheDerivativeOfTheForward) {
+  Options causal_cap, window;
+  causal_cap.causal = true, causal_cap.softcap = 2.0f;
+  window.window_left = 2, window.window_right = 1;
+  for (const Options& options : {Options{}, causal_cap, window}) {
+    std::mt19937_64 rng = rng_for("finite differences");
+    auto tensor = [&](std::vector<int64_t> shape) {
+      HostTensor t = HostTensor::contiguous(DType::kFloat64, std::move(shape));
+      t.fill_normal(rng);
+      return t;
+    };
+    HostTensor q = tensor({1, 5, 2, 4}), k = tensor({1, 7, 1, 4}), v = tensor({1, 7, 1, 4});
+    const HostTensor dout = tensor({1, 5, 2, 4}), dlse = tensor({1, 2, 5});
+    HostTensor dq = tensor({1, 5, 2, 4}), dk = tensor({1, 7, 1, 4}), dv = tensor({1, 7, 1, 4});
+    const TensorRef dlse_ref = dlse.ref();
+    reference_backward(dout.ref(), q.ref(), k.ref(), v.ref(), dq.ref(), dk.ref(), dv.ref(), options,
+                       &dlse_ref);
+    const auto loss = [&] {
+      HostTensor out = HostTensor::contiguous(DType::kFloat64, {1, 5, 2, 4});
+      HostTensor lse = HostTensor::contiguous(DType::kFloat64, {1, 2, 5});
+      const TensorRef lse_ref = lse.ref();
+      reference(q.ref(), k.ref(), v.ref(), out.ref(), &lse_ref, options);
+      double sum = 0;
+      out.for_each([&](const Index& i) { sum += out.get(i) * dout.get(i); });
+      lse.for_each([&](const Index& i) { sum += std::isinf(lse.get(i)) ? 0.0 : lse.get(i) * dlse.get(i); });
+      return sum;
+    };
+    for (auto [x, grad] : {std::pair<HostTensor*, const HostTensor*>{&q, &dq}, {&k, &dk}, {&v, &dv}})
+      x->for_each([&](const Index& i) {
+        const double x0 = x->get(i), h = 1e-5;
+        x->set(i, x0 + h);
+        const double up = loss();
+        x->set(i, x0 - h);
+        const double down = loss();
+        x->set(i, x0);
+        EXPECT_NEAR(grad->get(i), (up - down) / (2 * h), 1e-6)
+            << options.causal << " " << i[1] << "," << i[2];
+      });
+  }
+}
+
+// A loss on the returned LSE too (what merging partial results backpropagates through).
+TEST(Backward, GradientOfTheLse) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Problem p = make(70, 130, 4, 2, 48, dtype);
+    p.options.causal = true;
+    check(p, true);
+    p.options.causal = false, p.options.softcap = 5.0f;
+    check(p, true);
+  }
+  Problem base = make(0, 0, 2, 1, 32, DType::kFloat32);
+  check(varlen_problem(base, {17, 0, 65}, {63, 4, 65}), true);
+  // dlse changes the gradients (the test above is not vacuous) ...
+  const Problem small = make(20, 30, 2, 1, 16, DType::kFloat32);
+  const BackwardCase plain(small), with(small, true);
+  EXPECT_NE(plain.run({}).dq.bytes(), with.run({}).dq.bytes());
+  // ... and must look like lse.
+  TensorRef bad = with.dlse.ref();
+  bad.shape[1] = 1;
+  Grads g = fresh_grads(with.c.problem, DType::kFloat32);
+  try {
+    backward(with.dout.ref(), with.c.q.ref(), with.c.k.ref(), with.c.v.ref(), with.fwd.out.ref(),
+             with.fwd.lse.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(), {}, &bad);
+    ADD_FAILURE() << "accepted a dlse of the wrong shape";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dlse") << e.what();
+  }
+  EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
 }
 
 TEST(Backward, NanReachesOnlyWhatSeesIt) {

@@ -48,6 +48,27 @@ detail::Strides4 strides4(const TensorRef& t) {
                      : detail::Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// dlse: lse's shape ([batch, heads, seqlen_q], or [heads, total_q] for a packed q), on q's
+// device, fp32 (any float dtype for the oracle).
+void set_dlse(const TensorRef* dlse, const TensorRef& q, bool fp32_only, detail::BackwardParams* b) {
+  if (!dlse) return;
+  const bool packed = q.rank == 3;
+  TensorRef like = *dlse;  // the shape dlse must have, for check_like
+  like.rank = packed ? 2 : 3;
+  if (packed)
+    like.shape[0] = q.shape[1], like.shape[1] = q.shape[0];
+  else
+    like.shape[0] = q.shape[0], like.shape[1] = q.shape[2], like.shape[2] = q.shape[1];
+  like.device = q.device;
+  check_like("dlse", *dlse, "lse", like);
+  if (dlse->dtype == DType::kInt32 || (fp32_only && dlse->dtype != DType::kFloat32))
+    throw Error("dlse", std::string("dtype ") + dtype_name(dlse->dtype) + ", expected fp32 (as lse)");
+  const auto& s = dlse->stride;
+  b->dlse = dlse->data;
+  b->dlse_dtype = dlse->dtype;
+  b->dlse_stride = packed ? detail::Strides3{0, s[0], s[1]} : detail::Strides3{s[0], s[1], s[2]};
+}
+
 // The gradients: shaped like q, k, v, in `dtype` (or any float dtype for the oracle), disjoint
 // from each other and from every input.
 void check_grads(const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const TensorRef& q,
@@ -71,16 +92,19 @@ void check_grads(const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, 
 detail::BackwardParams prepare(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
                                const TensorRef& v, const TensorRef& out, const TensorRef& lse,
                                const TensorRef& dq, const TensorRef& dk, const TensorRef& dv,
-                               const Seqlens* seqlens, const Options& options) {
+                               const Seqlens* seqlens, const Options& options, const TensorRef* dlse) {
   detail::BackwardParams b;
   if (auto e = detail::make_params(q, k, v, out, &lse, seqlens, options, detail::Entry::kForward, &b.fwd))
     throw *e;
+  set_dlse(dlse, q, true, &b);
   check_like("dout", dout, "out", out);
   if (dout.dtype != q.dtype)
     throw Error("dout",
                 std::string("dtype ") + dtype_name(dout.dtype) + " differs from q's " + dtype_name(q.dtype));
-  check_grads(dq, dk, dv, q, k, v,
-              {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout}}, &q.dtype);
+  check_grads(
+      dq, dk, dv, q, k, v,
+      {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout}, {"dlse", dlse}},
+      &q.dtype);
   if (seqlens)
     for (const TensorRef* t :
          {seqlens->cu_seqlens_q, seqlens->cu_seqlens_k, seqlens->seqused_q, seqlens->seqused_k})
@@ -108,7 +132,7 @@ void run(const detail::BackwardParams& b, const Device& device) {
 detail::BackwardParams prepare_baseline(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
                                         const TensorRef& v, const TensorRef& dq, const TensorRef& dk,
                                         const TensorRef& dv, const Seqlens* seqlens, const Options& options,
-                                        detail::Entry entry) {
+                                        detail::Entry entry, const TensorRef* dlse) {
   detail::BackwardParams b;
   // dq stands in for forward's out (the same shape); the oracle computes O itself.
   if (auto e = detail::make_params(q, k, v, dq, nullptr, seqlens, options, entry, &b.fwd)) throw *e;
@@ -118,7 +142,7 @@ detail::BackwardParams prepare_baseline(const TensorRef& dout, const TensorRef& 
     throw Error("dout",
                 std::string("dtype ") + dtype_name(dout.dtype) + " differs from q's " + dtype_name(q.dtype));
   if (dout.dtype == DType::kInt32) throw Error("dout", "dtype int32 is not a floating-point dtype");
-  check_grads(dq, dk, dv, q, k, v, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}},
+  check_grads(dq, dk, dv, q, k, v, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}, {"dlse", dlse}},
               entry == detail::Entry::kEager ? &q.dtype : nullptr);
   if (dq.dtype != dk.dtype || dq.dtype != dv.dtype)
     throw Error("dk",
@@ -129,6 +153,7 @@ detail::BackwardParams prepare_baseline(const TensorRef& dout, const TensorRef& 
   b.dq_stride = strides4(dq), b.dk_stride = strides4(dk), b.dv_stride = strides4(dv);
   b.grad_dtype = dq.dtype;
   b.fwd.out_dtype = dout.dtype;  // the oracle reads dout in its own dtype
+  set_dlse(dlse, q, entry == detail::Entry::kEager, &b);
   return b;
 }
 
@@ -136,36 +161,39 @@ detail::BackwardParams prepare_baseline(const TensorRef& dout, const TensorRef& 
 
 void backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
               const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
-              const TensorRef& dv, const Options& options) {
-  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, nullptr, options), q.device);
+              const TensorRef& dv, const Options& options, const TensorRef* dlse) {
+  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, nullptr, options, dlse), q.device);
 }
 
 void backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
                      const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
-                     const TensorRef& dv, const Seqlens& seqlens, const Options& options) {
-  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, &seqlens, options), q.device);
+                     const TensorRef& dv, const Seqlens& seqlens, const Options& options,
+                     const TensorRef* dlse) {
+  run(prepare(dout, q, k, v, out, lse, dq, dk, dv, &seqlens, options, dlse), q.device);
 }
 
 void reference_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                        const TensorRef& dq, const TensorRef& dk, const TensorRef& dv,
-                        const Options& options) {
+                        const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const Options& options,
+                        const TensorRef* dlse) {
   detail::reference::oracle_backward(
-      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kReference));
+      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kReference, dlse));
 }
 
 void reference_backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k,
                                const TensorRef& v, const TensorRef& dq, const TensorRef& dk,
-                               const TensorRef& dv, const Seqlens& seqlens, const Options& options) {
+                               const TensorRef& dv, const Seqlens& seqlens, const Options& options,
+                               const TensorRef* dlse) {
   detail::reference::oracle_backward(
-      prepare_baseline(dout, q, k, v, dq, dk, dv, &seqlens, options, detail::Entry::kReference));
+      prepare_baseline(dout, q, k, v, dq, dk, dv, &seqlens, options, detail::Entry::kReference, dlse));
 }
 
 void eager_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                    const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const Options& options) {
+                    const TensorRef& dq, const TensorRef& dk, const TensorRef& dv, const Options& options,
+                    const TensorRef* dlse) {
   if (q.device.kind != DeviceKind::kCPU)
     throw Error("q", "is on " + device_name(q.device) + "; eager_backward runs on CPU tensors only");
   detail::reference::eager_backward(
-      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kEager));
+      prepare_baseline(dout, q, k, v, dq, dk, dv, nullptr, options, detail::Entry::kEager, dlse));
 }
 
 }  // namespace tileattn

@@ -72,6 +72,9 @@ struct BackwardParams {
   void* dk = nullptr;
   void* dv = nullptr;
   Strides4 dout_stride, dq_stride, dk_stride, dv_stride;
+  const void* dlse = nullptr;  // optional: shaped and strided like the forward's lse
+  DType dlse_dtype = DType::kFloat32;
+  Strides3 dlse_stride;
   DType grad_dtype = DType::kFloat32;  // dq, dk, dv (the oracle writes fp64)
   bool deterministic = false;
 };

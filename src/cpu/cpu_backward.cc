@@ -81,6 +81,9 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
                   p.dtype, p.out_stride.d, ws.row.data(), D, 1.0f);
         float delta = 0;
         for (int64_t d = 0; d < D; ++d) delta += ws.dout[r * Dp + d] * ws.row[d];
+        if (bp.dlse)  // a loss on the LSE: dS = P (dP - (D - dlse))
+          delta -= static_cast<const float*>(
+              bp.dlse)[b * bp.dlse_stride.b + h * bp.dlse_stride.h + row * bp.dlse_stride.l];
         ws.delta[r] = delta;
         ws.lse2[r] =
             static_cast<const float*>(p.lse)[b * p.lse_stride.b + h * p.lse_stride.h + row * p.lse_stride.l] *

@@ -68,6 +68,9 @@ void eager_backward(const BackwardParams& bp) {
           ds[i * Lk + j] = round_to(dt, dp);
           sum += ds[i * Lk + j] * prob[i * Lk + j];
         }
+        if (bp.dlse)  // autograd through the LSE adds dlse * P to dS
+          sum -= static_cast<float>(load_as_double(
+              bp.dlse, bp.dlse_dtype, b * bp.dlse_stride.b + h * bp.dlse_stride.h + i * bp.dlse_stride.l));
         for (int64_t j = 0; j < Lk; ++j) {
           float x = round_to(dt, prob[i * Lk + j] * (ds[i * Lk + j] - sum));
           if (cap > 0 && s[i * Lk + j] != -INFINITY) {

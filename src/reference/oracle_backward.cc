@@ -72,6 +72,9 @@ void oracle_backward(const BackwardParams& bp) {
         // dV = P^T dO, dP = dO V^T, dS = P (dP - D_i), dQ = scale dS K, dK = scale dS^T Q.
         double di = 0;
         for (int64_t d = 0; d < D; ++d) di += dout[d] * o[d];
+        if (bp.dlse)
+          di -= load_as_double(bp.dlse, bp.dlse_dtype,
+                               b * bp.dlse_stride.b + h * bp.dlse_stride.h + row * bp.dlse_stride.l);
         std::fill(dq.begin(), dq.end(), 0.0);
         for (int64_t j = lo; j < hi; ++j) {
           double dp = 0;
