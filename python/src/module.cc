@@ -1,4 +1,5 @@
-// module.cc: the extension tileattn._C: arrays in (arrays.h), tileattn::forward/eager/reference out.
+// module.cc: the extension tileattn._C: arrays in (arrays.h), tileattn::forward/eager/reference
+// out (the backward functions: backward.cc).
 //
 // The Python layer (python/tileattn/__init__.py) allocates the outputs with the caller's own
 // framework and passes every array here; this file only converts arrays to TensorRefs, calls the
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "arrays.h"
+#include "call.h"
 #include "tileattn/tileattn.h"
 
 namespace nb = nanobind;
@@ -21,60 +23,13 @@ namespace nb = nanobind;
 namespace {
 
 using tileattn::python::Arrays;
-using tileattn::python::raise_argument_error;
-
-constexpr const char* kLayoutBLHD = "[batch, seqlen, heads, head_dim]";
-constexpr const char* kLayoutLse = "[batch, heads, seqlen_q]";
-
-// The library names options by their C++ field; Python callers know them by keyword.
-std::string python_name(const std::string& argument);
-
-// A library Error as the Python error its message implies, under the argument's Python name.
-[[noreturn]] void raise_library_error(const tileattn::Error& e) {
-  const bool is_dtype = e.message().find("dtype") != std::string::npos;
-  raise_argument_error(is_dtype ? PyExc_TypeError : PyExc_ValueError, python_name(e.argument()), e.message());
-}
-
-std::string python_name(const std::string& argument) {
-  if (argument == "options.scale") return "scale";
-  if (argument == "options.softcap") return "softcap";
-  if (argument == "options.window_left") return "window[0]";
-  if (argument == "options.window_right") return "window[1]";
-  if (argument == "options.causal") return "causal";
-  if (argument == "options.kernel") return "kernel";
-  if (argument == "options.num_splits") return "num_splits";
-  if (argument.rfind("seqlens.", 0) == 0) return argument.substr(8);  // cu_seqlens_q, max_seqlen_k, ...
-  return argument;
-}
+using tileattn::python::Call;
+using tileattn::python::call_library;
+using tileattn::python::kLayoutBLHD;
+using tileattn::python::kLayoutLse;
+using tileattn::python::Varlen;
 
 enum class Entry { kForward, kEager, kReference };
-
-// The varlen arguments of forward_varlen / reference_varlen (None: not given).
-struct Varlen {
-  nb::handle cu_q, cu_k, used_q, used_k;
-  int64_t max_q = -1, max_k = -1;
-};
-
-struct Call {
-  bool causal = false;
-  std::optional<double> scale;
-  int64_t window_left = -1;
-  int64_t window_right = -1;
-  double softcap = 0.0;
-  uintptr_t stream = 0;
-  bool u16_is_bf16 = false;
-  std::string kernel = "auto";
-  int num_splits = 0;
-  bool check_indices = false;
-};
-
-tileattn::Kernel to_kernel(const std::string& name) {
-  for (auto k : {tileattn::Kernel::kAuto, tileattn::Kernel::kCpuTiled, tileattn::Kernel::kCudaSm80,
-                 tileattn::Kernel::kCudaSm90})
-    if (name == tileattn::kernel_name(k)) return k;
-  raise_argument_error(PyExc_ValueError, "kernel",
-                       "'" + name + "', expected 'auto', 'cpu', 'sm80' or 'sm90'");
-}
 
 int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, nb::handle out_obj,
             nb::handle lse_obj, const Call& call, const Varlen* varlen = nullptr) {
@@ -84,37 +39,13 @@ int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, n
   const auto v = arrays.read(v_obj, "v", false, kLayoutBLHD);
   const auto out = arrays.read(out_obj, "out", true, kLayoutBLHD);
   const auto lse = arrays.read_optional(lse_obj, "lse", true, kLayoutLse);
-  std::optional<tileattn::TensorRef> cu_q, cu_k, used_q, used_k;
-  tileattn::Seqlens seqlens;
-  if (varlen) {
-    const auto index = [&](nb::handle h, const char* name, std::optional<tileattn::TensorRef>& t,
-                           const tileattn::TensorRef*& field) {
-      t = arrays.read_optional(h, name, false, "[batch + 1] or [batch]");
-      field = t ? &*t : nullptr;
-    };
-    index(varlen->cu_q, "cu_seqlens_q", cu_q, seqlens.cu_seqlens_q);
-    index(varlen->cu_k, "cu_seqlens_k", cu_k, seqlens.cu_seqlens_k);
-    index(varlen->used_q, "seqused_q", used_q, seqlens.seqused_q);
-    index(varlen->used_k, "seqused_k", used_k, seqlens.seqused_k);
-    seqlens.max_seqlen_q = varlen->max_q;
-    seqlens.max_seqlen_k = varlen->max_k;
-  }
-
-  tileattn::Options options;
-  if (call.scale) options.scale = static_cast<float>(*call.scale);
-  options.causal = call.causal;
-  options.window_left = call.window_left;
-  options.window_right = call.window_right;
-  options.softcap = static_cast<float>(call.softcap);
-  options.cuda_stream = reinterpret_cast<void*>(call.stream);
-  options.kernel = to_kernel(call.kernel);
-  options.num_splits = call.num_splits;
-  options.check_indices = call.check_indices;
+  std::array<std::optional<tileattn::TensorRef>, 4> index;
+  const tileattn::Seqlens seqlens = varlen ? read_seqlens(arrays, *varlen, index) : tileattn::Seqlens{};
+  const tileattn::Options options = options_of(call);
 
   const tileattn::TensorRef* lse_ptr = lse ? &*lse : nullptr;
   tileattn::EagerStats stats;
-  try {
-    nb::gil_scoped_release no_gil;
+  call_library([&] {
     switch (entry) {
       case Entry::kForward:
         if (varlen)
@@ -132,11 +63,7 @@ int64_t run(Entry entry, nb::handle q_obj, nb::handle k_obj, nb::handle v_obj, n
           tileattn::reference(q, k, v, out, lse_ptr, options);
         break;
     }
-  } catch (const tileattn::Error& e) {
-    raise_library_error(e);
-  } catch (const tileattn::RuntimeError& e) {
-    throw std::runtime_error(e.what());  // nanobind raises RuntimeError
-  }
+  });
   return stats.extra_bytes;
 }
 
@@ -149,14 +76,7 @@ void combine(nb::handle o_obj, nb::handle l_obj, nb::handle out_obj, nb::handle 
   const auto lse = arrays.read_optional(lse_obj, "lse", true, kLayoutLse);
   tileattn::Options options;
   options.cuda_stream = reinterpret_cast<void*>(stream);
-  try {
-    nb::gil_scoped_release no_gil;
-    tileattn::combine(o_part, l_part, out, lse ? &*lse : nullptr, options);
-  } catch (const tileattn::Error& e) {
-    raise_library_error(e);
-  } catch (const tileattn::RuntimeError& e) {
-    throw std::runtime_error(e.what());
-  }
+  call_library([&] { tileattn::combine(o_part, l_part, out, lse ? &*lse : nullptr, options); });
 }
 
 }  // namespace
@@ -172,7 +92,7 @@ NB_MODULE(_C, m) {
                 uintptr_t stream, bool u16_is_bf16, std::string kernel, int num_splits) {
           return run(entry, q, k, v, out, lse,
                      Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16,
-                          std::move(kernel), num_splits, false});
+                          std::move(kernel), num_splits, false, false});
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::kw_only(),
         nb::arg("causal") = false, nb::arg("scale").none() = nb::none(), nb::arg("window_left") = -1,
@@ -197,7 +117,7 @@ NB_MODULE(_C, m) {
           const Varlen varlen{cu_q, cu_k, used_q, used_k, max_q, max_k};
           return run(entry, q, k, v, out, lse,
                      Call{causal, scale, window_left, window_right, softcap, stream, u16_is_bf16,
-                          std::move(kernel), num_splits, check_indices},
+                          std::move(kernel), num_splits, check_indices, false},
                      &varlen);
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
@@ -217,6 +137,8 @@ NB_MODULE(_C, m) {
       "combine", &combine, nb::arg("out_partial"), nb::arg("lse_partial"), nb::arg("out"),
       nb::arg("lse").none(), nb::kw_only(), nb::arg("stream") = 0, nb::arg("u16_is_bf16") = false,
       "Runs tileattn::combine: out_partial [S, B, L, H, D], lse_partial [S, B, H, L] (fp32) into out, lse.");
+
+  tileattn::python::bind_backward(m);
 
   m.def(
       "version", [] { return std::string(tileattn::version()); }, "The library's version.");

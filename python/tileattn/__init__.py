@@ -11,6 +11,7 @@ CUDA GPU; the result is an array of q's kind on q's device. See :func:`attention
 
 from . import _C
 from ._api import attention, eager, flash_attn_func, reference
+from ._backward import attention_backward, attention_varlen_backward, eager_backward, reference_backward
 from ._varlen import attention_varlen, flash_attn_combine, flash_attn_varlen_func, reference_varlen
 
 __version__ = _C.version()
@@ -49,6 +50,10 @@ __all__ = [
     "reference_varlen",
     "flash_attn_varlen_func",
     "flash_attn_combine",
+    "attention_backward",
+    "attention_varlen_backward",
+    "reference_backward",
+    "eager_backward",
     "built_with_cuda",
     "cuda_device_count",
     "cpu_isa",

@@ -126,6 +126,7 @@ def attention(
     return_lse=False,
     kernel="auto",
     num_splits=0,
+    deterministic=False,
 ):
     """Exact attention, tiled with online softmax: ``softmax(scale * q k^T [masked]) v``.
 
@@ -150,6 +151,8 @@ def attention(
             tile are cut into this many splits whose partial results are merged exactly. ``0``
             (default) lets tileattn choose (more than one only when the tiles alone would leave
             the GPU's SMs or the CPU's threads idle); ``N`` forces N (at most 256).
+        deterministic: torch tensors: the backward autograd runs for this call gives the same
+            bits on every run (so does ``torch.use_deterministic_algorithms(True)``).
 
     Returns:
         ``out`` ``[batch, seqlen_q, heads_q, head_dim]`` in q's dtype, an array of q's kind on
@@ -160,7 +163,8 @@ def attention(
     accumulation is float32. On CUDA the work is queued on the caller's current stream
     (``torch.cuda.current_stream()``, ``cupy.cuda.get_current_stream()``) and not waited for.
     torch tensors go through the custom op ``torch.ops.tileattn.attention`` (see
-    ``tileattn.torch``), so this works under ``torch.compile``; it has no backward yet.
+    ``tileattn.torch``), so this works under ``torch.compile`` and trains: autograd computes
+    the gradients with :func:`tileattn.attention_backward` (q, k, v, out and lse saved, never P).
 
     Raises:
         TypeError: an argument is not an array, or of an unsupported dtype, or of the wrong type.
@@ -172,7 +176,7 @@ def attention(
         _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
         from . import torch as tileattn_torch
 
-        return tileattn_torch._call_op(q, k, v, options, return_lse)
+        return tileattn_torch._call_op(q, k, v, options, return_lse, deterministic)
     return _run(_C.forward, q, k, v, options, return_lse)
 
 
@@ -220,8 +224,8 @@ def flash_attn_func(
     q ``[batch, seqlen_q, heads_q, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``
     as in flash-attn (any array kind :func:`attention` takes). ``softmax_scale``, ``causal``,
     ``window_size`` and ``softcap`` mean what they mean there (with ``causal=True`` the window's
-    right side is 0, as flash-attn sets it); ``deterministic`` is accepted and has no effect
-    (the forward pass is deterministic). Returns ``out``.
+    right side is 0, as flash-attn sets it); ``deterministic`` makes the backward (torch
+    autograd) deterministic. Returns ``out``; with torch tensors that require grad it trains.
 
     Raises:
         NotImplementedError: ``dropout_p != 0``, ``alibi_slopes`` given, or
@@ -244,7 +248,8 @@ def flash_attn_func(
         window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
     try:
         return attention(
-            q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap
+            q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap,
+            deterministic=deterministic,
         )
     except (TypeError, ValueError) as error:
         # Name the arguments as this function's caller wrote them.

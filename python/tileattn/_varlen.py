@@ -69,7 +69,7 @@ def _run_varlen(entry, q, k, v, index, max_q, max_k, options, return_lse, check_
 
 def attention_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqlen_q=None, max_seqlen_k=None,
                      seqused_q=None, seqused_k=None, causal=False, scale=None, window=(-1, -1), softcap=0.0,
-                     return_lse=False, num_splits=0, kernel="auto", check_indices=False):
+                     return_lse=False, num_splits=0, kernel="auto", check_indices=False, deterministic=False):
     """:func:`tileattn.attention` for a batch of sequences of different lengths.
 
     Args:
@@ -83,7 +83,7 @@ def attention_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqle
             count; the rest may hold anything (NaN too) and are neither read nor written.
         check_indices: on CUDA, validate the index arrays on the device first (one sync); bad
             values then raise a ValueError naming the array and entry.
-        The rest as :func:`tileattn.attention`; causal and windows align bottom-right per
+        The rest as :func:`tileattn.attention` (deterministic included); causal and windows align bottom-right per
         sequence, and a sequence of length 0 writes nothing.
 
     Returns:
@@ -96,7 +96,8 @@ def attention_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqle
     if _arrays.kind_of(q, "q") == "torch":
         from . import torch as tileattn_torch
 
-        return tileattn_torch._call_varlen_op(q, k, v, index, max_q, max_k, options, return_lse, check_indices)
+        return tileattn_torch._call_varlen_op(q, k, v, index, max_q, max_k, options, return_lse, check_indices,
+                                              deterministic)
     return _run_varlen(_C.forward_varlen, q, k, v, index, max_q, max_k, options, return_lse, bool(check_indices))
 
 
@@ -131,7 +132,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     ``[batch + 1]`` (any array kind :func:`tileattn.attention` takes), the maxima, optional
     ``seqused_q/k``; ``softmax_scale``, ``causal``, ``window_size``, ``softcap`` and
     ``num_splits`` (0: chosen per problem) as there. ``pack_gqa`` is accepted (tileattn packs
-    query heads on its own) and ``deterministic`` too (the forward is deterministic). Returns
+    query heads on its own); ``deterministic`` makes the backward deterministic. Returns
     ``out``, or ``(out, softmax_lse)`` with ``return_attn_probs=True`` (lse ``[Hq, total_q]``).
 
     Raises:
@@ -147,7 +148,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                 max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, causal=causal,
                                 scale=softmax_scale, window=window_size, softcap=softcap,
-                                return_lse=bool(return_attn_probs), num_splits=num_splits)
+                                return_lse=bool(return_attn_probs), num_splits=num_splits,
+                                deterministic=deterministic)
     except (TypeError, ValueError) as error:
         names = {"scale": "softmax_scale", "window": "window_size", "window[0]": "window_size[0]",
                  "window[1]": "window_size[1]"}

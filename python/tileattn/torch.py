@@ -1,20 +1,26 @@
-"""tileattn for PyTorch: the custom op ``torch.ops.tileattn.attention``.
+"""tileattn for PyTorch: the custom ops ``torch.ops.tileattn.attention`` and
+``torch.ops.tileattn.varlen_attention``, with their backward ops.
 
 Importing this module needs torch (``tileattn.attention`` imports it by itself when it first sees
-a torch tensor). The op is registered with ``torch.library.custom_op``, with a fake (meta)
-implementation, so it runs under ``torch.compile`` and passes ``torch.library.opcheck``.
+a torch tensor). The ops are registered with ``torch.library.custom_op``, with fake (meta)
+implementations and ``register_autograd``, so they train, run under ``torch.compile`` and pass
+``torch.library.opcheck``. For the backward they save q, k, v, out and lse (never P): when
+autograd records a call the forward computes its LSE too. The gradient of a returned lse
+(``return_lse=True`` used in the loss) flows back as well. ``deterministic`` follows
+``torch.use_deterministic_algorithms``.
 
-Gradients: tileattn has no backward pass yet. The forward runs on tensors that require grad, but
-computing a gradient through it raises ``NotImplementedError``, when the backward actually runs
-(a compiled graph that only *could* need a gradient still compiles and runs forward).
-
-Schema::
+Schemas::
 
     tileattn::attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale,
                         int window_left, int window_right, float softcap, str kernel,
                         int num_splits, bool return_lse) -> (Tensor out, Tensor lse)
+    tileattn::attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                                 Tensor lse, Tensor? dlse, bool causal, float? scale,
+                                 int window_left, int window_right, float softcap,
+                                 bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)
 
-lse is computed only when return_lse is true; otherwise it is an empty tensor.
+lse is computed only when return_lse is true; otherwise it is an empty tensor. The varlen ops
+take the index tensors and maxima after v (see ``tileattn.attention_varlen``).
 """
 
 from typing import Optional
@@ -22,13 +28,6 @@ from typing import Optional
 import torch
 
 from . import _C, _api, _arrays
-
-NO_BACKWARD_MESSAGE = (
-    "tileattn has no backward yet: its attention is forward-only. Run it under torch.no_grad() or "
-    "torch.inference_mode(), or train with an attention that has a backward "
-    "(torch.nn.functional.scaled_dot_product_attention)"
-)
-
 
 @torch.library.custom_op("tileattn::attention", mutates_args=())
 def _attention_op(
@@ -43,6 +42,7 @@ def _attention_op(
     kernel: str,
     num_splits: int,
     return_lse: bool,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     options = dict(
         causal=causal,
@@ -58,7 +58,8 @@ def _attention_op(
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, kernel, num_splits, return_lse):
+def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, kernel, num_splits, return_lse,
+                    deterministic=False):
     if q.dim() != 4:
         raise ValueError(f"q: rank {q.dim()} (shape {tuple(q.shape)}), expected {_api._LAYOUT_Q}")
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -67,32 +68,84 @@ def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, 
     return out, q.new_empty(lse_shape, dtype=torch.float32)
 
 
-# The backward is an op of its own that raises when it runs: raising in the autograd formula
-# itself would fail torch.compile's tracing of every graph whose inputs require grad, including
-# inference graphs that never call backward. It takes the output's gradient, so that a compiled
-# graph cannot schedule it in the forward pass.
-@torch.library.custom_op("tileattn::attention_backward_unavailable", mutates_args=())
+@torch.library.custom_op("tileattn::attention_backward", mutates_args=())
 def _backward_op(
-    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    causal: bool,
+    scale: Optional[float],
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    raise NotImplementedError(NO_BACKWARD_MESSAGE)
+    options = dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right, softcap=softcap)
+    return _backward_plain(dout, q, k, v, out, lse, dlse, _NO_INDEX, -1, -1, options, deterministic, False)
 
 
 @_backward_op.register_fake
-def _backward_fake(grad_out, q, k, v):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _backward_fake(dout, q, k, v, out, lse, dlse, causal, scale, window_left, window_right, softcap, deterministic):
+    return _new_grads(q, k, v)
+
+
+def _new_grads(q, k, v, zero=False):
+    """dq, dk, dv: new contiguous tensors shaped like q, k, v (zeros when rows may stay unwritten)."""
+    new = torch.zeros if zero else torch.empty
+    return tuple(new(x.shape, dtype=q.dtype, device=q.device) for x in (q, k, v))
+
+
+_NO_INDEX = (None, None, None, None)
+
+
+def _backward_plain(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, varlen):
+    """The backward on plain torch tensors: gradients from torch.empty (zeros for varlen), the
+    work on q's current stream."""
+    grads = _new_grads(q, k, v, zero=varlen)
+    _C.backward(dout, q, k, v, out, lse, *grads, dlse, *index, max_q, max_k, varlen=varlen, **options,
+                stream=current_stream(q), deterministic=deterministic)
+    return grads
+
+
+def _deterministic(flag):
+    return bool(flag) or torch.are_deterministic_algorithms_enabled()
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:3])
+    q, k, v, causal, scale, window_left, window_right, softcap, kernel, num_splits, return_lse = inputs[:11]
+    out, lse = output
+    if not return_lse:  # the op was called without its LSE: recompute it for the backward
+        with torch.no_grad():
+            _, lse = _attention_op(q, k, v, causal, scale, window_left, window_right, softcap, kernel, num_splits,
+                                   True)
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.options = dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right, softcap=softcap)
+    ctx.lse_is_output = return_lse
+    ctx.deterministic = bool(inputs[11]) if len(inputs) > 11 else False
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    grad_q, grad_k, grad_v = _backward_op(grad_out, *ctx.saved_tensors)
-    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dlse = grad_lse if ctx.lse_is_output else None
+    o = ctx.options
+    dq, dk, dv = _backward_op(grad_out, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"],
+                              o["window_right"], o["softcap"], _deterministic(ctx.deterministic))
+    return (dq, dk, dv) + (None,) * 9
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _records_grad(q, k, v):
+    """Whether autograd records this call (so the forward also keeps its LSE for the backward)."""
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
 def _needs_op(q, k, v):
@@ -124,11 +177,12 @@ def _forward_plain(q, k, v, options, return_lse):
     return out, lse
 
 
-def _call_op(q, k, v, options, return_lse):
+def _call_op(q, k, v, options, return_lse, deterministic=False):
     """q, k and v are checked torch tensors."""
     if not _needs_op(q, k, v):
         out, lse = _forward_plain(q, k, v, options, return_lse)
         return (out, lse) if return_lse else out
+    want_lse = return_lse or _records_grad(q, k, v)
     out, lse = _attention_op(
         q,
         k,
@@ -140,7 +194,8 @@ def _call_op(q, k, v, options, return_lse):
         options["softcap"],
         options["kernel"],
         options["num_splits"],
-        return_lse,
+        want_lse,
+        bool(deterministic),
     )
     return (out, lse) if return_lse else out
 
@@ -164,6 +219,7 @@ def _varlen_op(
     kernel: str,
     num_splits: int,
     return_lse: bool,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     options = dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right, softcap=softcap,
                    kernel=kernel, num_splits=num_splits)
@@ -174,7 +230,7 @@ def _varlen_op(
 
 @_varlen_op.register_fake
 def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, causal,
-                 scale, window_left, window_right, softcap, kernel, num_splits, return_lse):
+                 scale, window_left, window_right, softcap, kernel, num_splits, return_lse, deterministic=False):
     from ._varlen import _varlen_shapes
 
     out_shape, lse_shape = _varlen_shapes(q, cu_seqlens_q)
@@ -196,14 +252,108 @@ def _varlen_plain(q, k, v, index, max_q, max_k, options, return_lse, check_indic
     return out, lse
 
 
-def _call_varlen_op(q, k, v, index, max_q, max_k, options, return_lse, check_indices):
+def _call_varlen_op(q, k, v, index, max_q, max_k, options, return_lse, check_indices, deterministic=False):
     if not _needs_op(q, k, v):
         out, lse = _varlen_plain(q, k, v, index, max_q, max_k, options, return_lse, bool(check_indices))
         return (out, lse) if return_lse else out
     out, lse = _varlen_op(q, k, v, *index, max_q, max_k, options["causal"], options["scale"],
                           options["window_left"], options["window_right"], options["softcap"], options["kernel"],
-                          options["num_splits"], return_lse)
+                          options["num_splits"], return_lse or _records_grad(q, k, v), bool(deterministic))
     return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("tileattn::varlen_attention_backward", mutates_args=())
+def _varlen_backward_op(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    seqused_q: Optional[torch.Tensor],
+    seqused_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool,
+    scale: Optional[float],
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    options = dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right, softcap=softcap)
+    index = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    return _backward_plain(dout, q, k, v, out, lse, dlse, index, max_seqlen_q, max_seqlen_k, options, deterministic,
+                           True)
+
+
+@_varlen_backward_op.register_fake
+def _varlen_backward_fake(dout, q, k, v, out, lse, dlse, *rest):
+    return _new_grads(q, k, v, zero=True)
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    q, k, v, *index = inputs[:7]
+    max_q, max_k, causal, scale, window_left, window_right, softcap, kernel, num_splits, return_lse = inputs[7:17]
+    out, lse = output
+    if not return_lse:
+        with torch.no_grad():
+            _, lse = _varlen_op(*inputs[:16], True)
+    ctx.save_for_backward(q, k, v, out, lse, *index)
+    ctx.args = (max_q, max_k, causal, scale, window_left, window_right, softcap)
+    ctx.lse_is_output = return_lse
+    ctx.deterministic = bool(inputs[17]) if len(inputs) > 17 else False
+    ctx.set_materialize_grads(False)
+
+
+def _varlen_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, *index = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dlse = grad_lse if ctx.lse_is_output else None
+    dq, dk, dv = _varlen_backward_op(grad_out, q, k, v, out, lse, dlse, *index, *ctx.args,
+                                     _deterministic(ctx.deterministic))
+    return (dq, dk, dv) + (None,) * 15
+
+
+_varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
+
+
+def _check_backward_arrays(dout, out, lse, dlse):
+    for name, x in (("dout", dout), ("out", out), ("lse", lse), ("dlse", dlse)):
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise _api.argument_error(TypeError, name, f"a {_arrays.type_name(x)}, but q is a torch.Tensor; pass "
+                                      "arrays of one kind")
+
+
+def _call_backward_op(dout, q, k, v, out, lse, dlse, options, deterministic):
+    """tileattn.attention_backward for torch tensors (options checked)."""
+    _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
+    _check_backward_arrays(dout, out, lse, dlse)
+    deterministic = _deterministic(deterministic)
+    if not _needs_op(q, k, v) and all(type(x) is torch.Tensor for x in (dout, out, lse)):
+        return _backward_plain(dout, q, k, v, out, lse, dlse, _NO_INDEX, -1, -1, options, deterministic, False)
+    o = options
+    return _backward_op(dout, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"], o["window_right"],
+                        o["softcap"], deterministic)
+
+
+def _call_varlen_backward_op(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic):
+    from ._varlen import _check_index
+
+    _api._check_arrays_any_rank(q, k, v)
+    _check_backward_arrays(dout, out, lse, dlse)
+    for name, x in zip(("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k"), index):
+        _check_index(x, name, "torch")
+    deterministic = _deterministic(deterministic)
+    if not _needs_op(q, k, v) and all(type(x) is torch.Tensor for x in (dout, out, lse)):
+        return _backward_plain(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, True)
+    o = options
+    return _varlen_backward_op(dout, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"], o["scale"],
+                               o["window_left"], o["window_right"], o["softcap"], deterministic)
 
 
 def attention(
@@ -218,6 +368,7 @@ def attention(
     return_lse=False,
     kernel="auto",
     num_splits=0,
+    deterministic=False,
 ):
     """:func:`tileattn.attention` for torch tensors, through ``torch.ops.tileattn.attention``.
 
@@ -227,7 +378,7 @@ def attention(
     """
     options = _api._check_options(causal, scale, window, softcap, kernel, num_splits)
     _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
-    return _call_op(q, k, v, options, return_lse)
+    return _call_op(q, k, v, options, return_lse, deterministic)
 
 
-__all__ = ["attention", "NO_BACKWARD_MESSAGE"]
+__all__ = ["attention"]

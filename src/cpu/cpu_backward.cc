@@ -39,6 +39,33 @@ struct Workspace {
   }
 };
 
+// One row of a block: S (scores, unscaled) in, P = exp2(scale S log2 e - lse2) out, and dS from
+// dP in place: P (dP - delta), times 1 - tanh^2 with a softcap. Keys outside [lo, hi) (hidden,
+// or past the sequence) get P = dS = 0, whatever S and dP hold.
+void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, int64_t lo, int64_t hi,
+               float scale, float cap, float lse2, float delta) {
+  if (lo >= hi || lse2 == -INFINITY) {  // no key seen: no weight, no gradient
+    std::fill(prob, prob + kBlockK, 0.0f), std::fill(ds, ds + kBlockK, 0.0f);
+    return;
+  }
+  float dtanh[kBlockK];
+  const float s2 = scale * kLog2e;
+  if (cap > 0) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const float t = std::tanh(s[c] * scale / cap);
+      prob[c] = cap * t * kLog2e, dtanh[c] = 1.0f - t * t;
+    }
+  } else {
+    for (int64_t c = lo; c < hi; ++c) prob[c] = s[c] * s2;
+  }
+  std::fill(prob, prob + lo, -INFINITY), std::fill(prob + hi, prob + kBlockK, -INFINITY);
+  simd.exp2_sum(prob, kBlockK, lse2);  // exp2(-inf) is exactly 0
+  for (int64_t c = lo; c < hi; ++c) ds[c] = prob[c] * (ds[c] - delta);
+  if (cap > 0)
+    for (int64_t c = lo; c < hi; ++c) ds[c] *= dtanh[c];
+  std::fill(ds, ds + lo, 0.0f), std::fill(ds + hi, ds + kBlockK, 0.0f);
+}
+
 template <class Mask>
 void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, int64_t hk, Workspace& ws) {
   const AttnParams& p = bp.fwd;
@@ -98,23 +125,10 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
         simd.gemm(rows, knp, D, ws.q.data(), Dp, 1, ws.kt.data() + k0, Lkp, ws.s.data(), kBlockK, false);
         simd.gemm(rows, knp, D, ws.dout.data(), Dp, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), kBlockK, false);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t lo = mask.lo(i0 + r) - k0, hi = mask.hi(i0 + r) - k0;
-          float* s = &ws.s[r * kBlockK];
-          float* pr = &ws.prob[r * kBlockK];
-          float* ds = &ws.ds[r * kBlockK];
-          for (int64_t c = 0; c < kBlockK; ++c) {
-            if (c >= kn || c < lo || c >= hi || ws.lse2[r] == -INFINITY) {
-              pr[c] = ds[c] = 0.0f;  // hidden (or past the keys): no weight, no gradient
-              continue;
-            }
-            float x = s[c] * scale, dtanh = 1.0f;
-            if (cap > 0) {
-              const float t = std::tanh(x / cap);
-              x = cap * t, dtanh = 1.0f - t * t;
-            }
-            pr[c] = std::exp2(x * kLog2e - ws.lse2[r]);
-            ds[c] = pr[c] * (ds[c] - ws.delta[r]) * dtanh;
-          }
+          const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0);
+          const int64_t hi = std::min(kn, mask.hi(i0 + r) - k0);
+          row_grads(simd, &ws.s[r * kBlockK], &ws.prob[r * kBlockK], &ws.ds[r * kBlockK], lo, hi, scale, cap,
+                    ws.lse2[r], ws.delta[r]);
         }
         // dQ += dS K, dK += dS^T Q, dV += P^T dO: whole blocks when every row sees every key,
         // else each row (each key) over the span it sees, so a hidden NaN reaches no gradient.

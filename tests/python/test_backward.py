@@ -1,0 +1,270 @@
+"""The backward: attention_backward on NumPy arrays against the float64 oracle (with eager's error
+in the same dtype as the yardstick: err <= 3 err(eager) + atol), and torch autograd through
+tileattn.attention, flash_attn_func and flash_attn_varlen_func against float64 autograd of the
+definition; opcheck of the ops and a torch.compile'd training step. CUDA tests skip without a GPU."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tileattn
+
+try:
+    import ml_dtypes
+
+    BF16 = ml_dtypes.bfloat16
+except ImportError:  # pragma: no cover
+    BF16 = None
+
+
+def make(shape, dtype, rng):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def grad_err(x, ref):
+    x = np.asarray(x).astype(np.float64)
+    finite = np.isfinite(ref)
+    assert (np.isfinite(x) == finite).all()
+    return float(np.abs(x - ref)[finite].max()) if finite.any() else 0.0
+
+
+def check_numpy(shape, dtype, dlse=False, **options):
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim = shape
+    rng = np.random.default_rng(sum(shape))
+    q = make((batch, seqlen_q, heads_q, head_dim), dtype, rng)
+    k, v = (make((batch, seqlen_k, heads_kv, head_dim), dtype, rng) for _ in range(2))
+    dout = make(q.shape, dtype, rng)
+    g_lse = make((batch, heads_q, seqlen_q), np.float32, rng) if dlse else None
+    out, lse = tileattn.attention(q, k, v, return_lse=True, **options)
+    ours = tileattn.attention_backward(dout, q, k, v, out, lse, dlse=g_lse, **options)
+    ref = tileattn.reference_backward(dout, q, k, v, dlse=g_lse, **options)
+    eager = tileattn.eager_backward(dout, q, k, v, dlse=g_lse, **options)
+    for name, x, r, e, like in zip("qkv", ours, ref, eager, (q, k, v)):
+        assert x.shape == like.shape and x.dtype == like.dtype and r.dtype == np.float64
+        scale = max(1.0, float(np.abs(r).max()))
+        err = grad_err(x, r)
+        if dtype == np.float32:
+            assert err <= 1e-4 * scale, (name, err)
+        else:
+            eps = 2.0**-7 if dtype == BF16 else 2.0**-10
+            assert err <= 3 * grad_err(e, r) + eps * scale, (name, err, grad_err(e, r))
+
+
+DTYPES = [np.float32, np.float16] + ([BF16] if BF16 is not None else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 1, 1, 1, 1, 8), (2, 17, 63, 4, 2, 40), (1, 65, 64, 2, 2, 64), (1, 113, 203, 6, 1, 32),
+     (1, 203, 113, 2, 2, 80)],
+    ids=str,
+)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"causal": True}, {"window": (16, 3)}, {"causal": True, "softcap": 6.0, "scale": 0.3}],
+    ids=["full", "causal", "window", "causal_softcap"],
+)
+def test_numpy_matches_the_oracle(dtype, shape, options):
+    check_numpy(shape, dtype, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES[::2], ids=lambda d: np.dtype(d).name)
+def test_gradient_of_the_lse(dtype):
+    check_numpy((2, 40, 70, 4, 2, 32), dtype, dlse=True, causal=True)
+
+
+def test_bad_arguments_name_themselves():
+    rng = np.random.default_rng(0)
+    q, k, v = make((1, 8, 2, 16), np.float32, rng), make((1, 9, 1, 16), np.float32, rng), make((1, 9, 1, 16),
+                                                                                               np.float32, rng)
+    out, lse = tileattn.attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match=r"^dout: shape \[1, 7, 2, 16\] differs from out's"):
+        tileattn.attention_backward(q[:, :7], q, k, v, out, lse)
+    with pytest.raises(TypeError, match=r"^dout: dtype fp16 differs from q's fp32"):
+        tileattn.attention_backward(q.astype(np.float16), q, k, v, out, lse)
+    with pytest.raises(ValueError, match=r"^lse: "):
+        tileattn.attention_backward(q, q, k, v, out, lse[:, :1])
+    with pytest.raises(ValueError, match=r"^dlse: shape"):
+        tileattn.attention_backward(q, q, k, v, out, lse, dlse=lse[:, :, :3])
+    with pytest.raises(TypeError, match=r"^deterministic: expected a bool"):
+        tileattn.attention_backward(q, q, k, v, out, lse, deterministic="yes")
+
+
+# -- torch autograd ---------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+import tileattn.torch  # noqa: E402
+
+
+def torch_qkv(shape, dtype, device="cpu", seed=0, requires_grad=True):
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim = shape
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(batch, seqlen_q, heads_q, head_dim)] + [(batch, seqlen_k, heads_kv, head_dim)] * 2
+    return [torch.randn(s, generator=g).to(dtype=dtype, device=device).requires_grad_(requires_grad) for s in shapes]
+
+
+def definition(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+    """Attention from the definition in torch (bottom-right masks), differentiable, any dtype."""
+    heads_q, head_dim = q.shape[2:]
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    group = heads_q // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k) * (scale or 1 / math.sqrt(head_dim))
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(seqlen_q, device=q.device)[:, None] + seqlen_k - seqlen_q
+    j = torch.arange(seqlen_k, device=q.device)[None, :]
+    right = 0 if causal else window[1]
+    hidden = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    if right >= 0:
+        hidden |= j > i + right
+    if window[0] >= 0:
+        hidden |= j < i - window[0]
+    s = s.masked_fill(hidden, -math.inf)
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.exp(s.float() - lse[..., None]).nan_to_num(0.0).to(q.dtype)
+    return torch.einsum("bhij,bjhd->bihd", p, v), lse
+
+
+def autograd_grads(f, inputs, weights):
+    outs = f(*inputs)
+    loss = sum((o.double() * w).sum() for o, w in zip(outs, weights))
+    return torch.autograd.grad(loss, inputs)
+
+
+def check_autograd(shape, dtype, with_lse=False, **options):
+    q, k, v = torch_qkv(shape, dtype)
+    w_out = torch.randn(q.shape, dtype=torch.float64)
+    weights = [w_out] + ([torch.randn(shape[0], shape[3], shape[1], dtype=torch.float64)] if with_lse else [])
+
+    def ours(q, k, v):
+        out, lse = tileattn.attention(q, k, v, return_lse=True, **options)
+        return (out, lse) if with_lse else (out,)
+
+    def ref(q, k, v):
+        out, lse = definition(q, k, v, **options)
+        return (out, lse) if with_lse else (out,)
+
+    got = autograd_grads(ours, (q, k, v), weights)
+    want = autograd_grads(ref, [x.detach().double().requires_grad_() for x in (q, k, v)], weights)
+    eager = autograd_grads(ref, (q, k, v), weights)  # autograd of the definition in the dtype
+    for name, g, w, e, x in zip("qkv", got, want, eager, (q, k, v)):
+        assert g.dtype == x.dtype and g.shape == x.shape
+        err, eager_err = (g.double() - w).abs().max().item(), (e.double() - w).abs().max().item()
+        scale = max(1.0, w.abs().max().item())
+        tol = 1e-4 * scale if dtype == torch.float32 else 3 * eager_err + 2.0**-7 * scale
+        assert err <= tol, (name, err, eager_err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "options", [{}, {"causal": True}, {"window": (5, 2), "softcap": 4.0}], ids=["full", "causal", "window_softcap"]
+)
+def test_autograd_matches_float64_autograd(dtype, options):
+    check_autograd((2, 33, 47, 4, 2, 24), dtype, **options)
+
+
+def test_autograd_through_the_returned_lse():
+    check_autograd((1, 29, 29, 2, 1, 16), torch.float32, with_lse=True, causal=True)
+
+
+def test_flash_attn_func_trains_and_strided_inputs():
+    q, k, v = torch_qkv((2, 40, 40, 4, 4, 32), torch.bfloat16)
+    views = [x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for x in (q, k, v)]
+    tileattn.flash_attn_func(q, k, v, causal=True, deterministic=True).float().square().sum().backward()
+    tileattn.attention(*views, causal=True).float().square().sum().backward()
+    for x, y in zip((q, k, v), views):
+        torch.testing.assert_close(x.grad, y.grad, rtol=0, atol=0)
+
+
+def test_attention_backward_on_torch_tensors_and_determinism():
+    q, k, v = torch_qkv((3, 50, 60, 4, 2, 32), torch.bfloat16, requires_grad=False)
+    out, lse = tileattn.attention(q, k, v, causal=True, return_lse=True)
+    dout = torch.randn_like(out)
+    first = tileattn.attention_backward(dout, q, k, v, out, lse, causal=True, deterministic=True)
+    ref = tileattn.reference_backward(dout, q, k, v, causal=True)
+    for g, r in zip(first, ref):
+        assert g.dtype == torch.bfloat16 and r.dtype == torch.float64
+        assert (g.double() - r).abs().max() <= 0.05 * max(1.0, r.abs().max().item())
+    for _ in range(3):
+        again = tileattn.attention_backward(dout, q, k, v, out, lse, causal=True, deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_varlen_gradients_match_each_sequence_alone():
+    lens_q, lens_k = [17, 1, 40], [30, 5, 40]
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(sum(lens_q), 4, 32, generator=g).requires_grad_()
+    k = torch.randn(sum(lens_k), 2, 32, generator=g).requires_grad_()
+    v = torch.randn(sum(lens_k), 2, 32, generator=g).requires_grad_()
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32)
+    out = tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    for b in range(3):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        parts = [x.detach()[s][None].requires_grad_() for x, s in ((q, sq), (k, sk), (v, sk))]
+        (tileattn.attention(*parts, causal=True) * w[sq][None]).sum().backward()
+        for x, part, s in zip((q, k, v), parts, (sq, sk, sk)):
+            torch.testing.assert_close(x.grad[s], part.grad[0], rtol=1e-5, atol=1e-5)
+
+
+def test_varlen_rows_past_seqused_get_zero_gradient():
+    q = torch.randn(2, 30, 2, 16).requires_grad_()
+    k = torch.randn(2, 30, 2, 16).requires_grad_()
+    v = torch.randn(2, 30, 2, 16).requires_grad_()
+    used = torch.tensor([20, 30], dtype=torch.int32)
+    out = tileattn.attention_varlen(q, k, v, seqused_q=used, seqused_k=used)
+    out[0, :20].sum().backward()
+    assert (q.grad[0, 20:] == 0).all() and (k.grad[0, 20:] == 0).all() and (v.grad[0, 20:] == 0).all()
+    assert q.grad[0, :20].abs().sum() > 0
+
+
+OP = torch.ops.tileattn.attention.default
+BACKWARD_OP = torch.ops.tileattn.attention_backward.default
+
+
+@pytest.mark.parametrize("causal, window, softcap", [(False, -1, 0.0), (True, -1, 0.0), (False, 5, 3.0)])
+def test_opcheck_with_autograd(causal, window, softcap):
+    q, k, v = torch_qkv((2, 17, 33, 4, 2, 32), torch.float32)
+    torch.library.opcheck(OP, (q, k, v, causal, None, window, -1, softcap, "auto", 0, True, False))
+    torch.library.opcheck(OP, (q, k, v, causal, 0.2, window, -1, softcap, "auto", 0, False, True))
+    # The backward op has no backward of its own (no double backward): plain tensors.
+    q, k, v = (x.detach() for x in (q, k, v))
+    out, lse = OP(q, k, v, causal, None, window, -1, softcap, "auto", 0, True)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(BACKWARD_OP, (dout, q, k, v, out, lse, None, causal, None, window, -1, softcap, False))
+    torch.library.opcheck(BACKWARD_OP, (dout, q, k, v, out, lse, torch.randn_like(lse), causal, None, window, -1,
+                                        softcap, True))
+
+
+def test_opcheck_varlen_with_autograd():
+    q = torch.randn(40, 4, 16, requires_grad=True)
+    k = torch.randn(50, 2, 16, requires_grad=True)
+    v = torch.randn(50, 2, 16, requires_grad=True)
+    cu_q, cu_k = torch.tensor([0, 15, 40], dtype=torch.int32), torch.tensor([0, 25, 50], dtype=torch.int32)
+    args = (q, k, v, cu_q, cu_k, None, None, 25, 25, True, None, -1, 0, 0.0, "auto", 0, True, False)
+    torch.library.opcheck(torch.ops.tileattn.varlen_attention.default, args)
+    q, k, v = (x.detach() for x in (q, k, v))
+    out, lse = torch.ops.tileattn.varlen_attention(q, k, v, *args[3:16], True)
+    backward_args = (torch.randn_like(out), q, k, v, out, lse, None, cu_q, cu_k, None, None, 25, 25, True, None, -1,
+                     0, 0.0, False)
+    torch.library.opcheck(torch.ops.tileattn.varlen_attention_backward.default, backward_args)
+
+
+def test_compiled_training_step_matches_eager():
+    from test_torch import AttentionBlock
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    block, twin = AttentionBlock(), AttentionBlock()
+    twin.load_state_dict(block.state_dict())
+    compiled = torch.compile(twin, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 45, 128)
+    for model in (block, compiled):
+        model(x).square().mean().backward()
+    for (name, a), b in zip(block.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=name)
