@@ -131,7 +131,9 @@ void check(const Problem& p, bool with_dlse = false) {
       EXPECT_LE(err, 3 * eager_err + atol)
           << names[g] << ": eager's error " << eager_err << ", |grad| " << ref_max;
     }
-    if (p.dtype == DType::kFloat32) EXPECT_LE(err, 1e-4 * std::max(1.0, ref_max)) << names[g] << " (fp32)";
+    if (p.dtype == DType::kFloat32) {
+      EXPECT_LE(err, 1e-4 * std::max(1.0, ref_max)) << names[g] << " (fp32)";
+    }
   }
 }
 

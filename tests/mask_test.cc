@@ -201,6 +201,52 @@ void check_band_and_blocks(const Mask& mask, int64_t lq, int64_t lk, int64_t lef
       }
 }
 
+// The GPU kernels' 32-bit TileBand: per-row key ranges, the key blocks of a query tile, the
+// query rows of a key block (the backward's walk) and the blocks needing a mask, against brute
+// force.
+template <class Mask>
+void check_tile_band(int64_t lq, int64_t lk, int64_t left, int64_t right) {
+  const detail::TileBand band = detail::tile_band<Mask>(lq, lk, left, right);
+  for (int i = 0; i < lq; ++i)
+    for (int j = 0; j < lk; ++j)
+      ASSERT_EQ(j >= band.first(i) && j < band.end(i), brute_sees(lq, lk, left, right, i, j))
+          << i << " " << j;
+  for (int block : {16, 64})
+    for (int k0 = 0; k0 < lk; k0 += block) {
+      const int k1 = std::min<int>(lk, k0 + block);
+      int q_begin, q_end;
+      band.query_rows(k0, k1, static_cast<int>(lq), &q_begin, &q_end);
+      for (int i = 0; i < lq; ++i) {
+        bool sees = false;
+        for (int j = k0; j < k1; ++j) sees = sees || brute_sees(lq, lk, left, right, i, j);
+        if (sees) ASSERT_TRUE(i >= q_begin && i < q_end) << "row " << i << " keys " << k0 << ".." << k1;
+      }
+      for (int q0 = 0; q0 < lq; q0 += 16) {
+        const int q1 = std::min<int>(lq, q0 + 16);
+        int n_begin, n_end;
+        band.key_blocks(q0, q1, block, &n_begin, &n_end);
+        bool any = false, all = true;
+        for (int i = q0; i < q1; ++i)
+          for (int j = k0; j < k0 + block; ++j) {
+            const bool s = j < lk && brute_sees(lq, lk, left, right, i, j);
+            any = any || s, all = all && s;
+          }
+        if (any) ASSERT_TRUE(k0 / block >= n_begin && k0 / block < n_end) << q0 << " " << k0;
+        if (!all) ASSERT_TRUE(band.needs_mask(q0, q1, k0, block, Mask::kMasks)) << q0 << " " << k0;
+      }
+    }
+}
+
+TEST(Mask, TileBandMatchesBruteForce) {
+  for (auto [lq, lk] :
+       {std::pair<int64_t, int64_t>{37, 37}, {20, 75}, {75, 20}, {1, 50}, {50, 1}, {130, 70}}) {
+    check_tile_band<NoMask>(lq, lk, -1, -1);
+    for (auto [left, right] :
+         {std::pair<int64_t, int64_t>{-1, 0}, {0, 0}, {5, -1}, {-1, 7}, {3, 11}, {100, 2}, {0, 200}})
+      check_tile_band<WindowMask>(lq, lk, left, right);
+  }
+}
+
 TEST(Mask, BandsAndBlockTripCountsMatchBruteForce) {
   for (auto [lq, lk] : {std::pair<int64_t, int64_t>{37, 37}, {20, 75}, {75, 20}, {1, 50}, {50, 1}}) {
     check_band_and_blocks(NoMask{lk}, lq, lk, -1, -1);

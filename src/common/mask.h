@@ -79,6 +79,14 @@ struct TileBand {
     *n_begin = begin / block_k;
     *n_end = (stop + block_k - 1) / block_k;
   }
+  // The backward's inverse of key_blocks: the query rows [*q_begin, *q_end) of [0, len_q) that
+  // may see a key of [k0, k1), 0 <= k0 < k1 <= len_k. Every row that does lies inside (rows that
+  // see nothing at all may too): row i sees some key of the range iff i + hi > k0 and i + lo < k1.
+  TILEATTN_HD void query_rows(int k0, int k1, int len_q, int* q_begin, int* q_end) const {
+    const int b = k0 - hi + 1, e = k1 - lo;
+    *q_begin = b > 0 ? b : 0;
+    *q_end = e < len_q ? e : len_q;
+  }
   // Whether keys [k0, k0 + block_k) need per-element masking for rows [q0, q1).
   TILEATTN_HD bool needs_mask(int q0, int q1, int k0, int block_k, bool masks) const {
     return k0 + block_k > len_k || (masks && !(k0 >= first(q1 - 1) && k0 + block_k <= end(q0)));
