@@ -219,7 +219,9 @@ void check_tile_band(int64_t lq, int64_t lk, int64_t left, int64_t right) {
       for (int i = 0; i < lq; ++i) {
         bool sees = false;
         for (int j = k0; j < k1; ++j) sees = sees || brute_sees(lq, lk, left, right, i, j);
-        if (sees) ASSERT_TRUE(i >= q_begin && i < q_end) << "row " << i << " keys " << k0 << ".." << k1;
+        if (sees) {
+          ASSERT_TRUE(i >= q_begin && i < q_end) << "row " << i << " keys " << k0 << ".." << k1;
+        }
       }
       for (int q0 = 0; q0 < lq; q0 += 16) {
         const int q1 = std::min<int>(lq, q0 + 16);
@@ -231,8 +233,12 @@ void check_tile_band(int64_t lq, int64_t lk, int64_t left, int64_t right) {
             const bool s = j < lk && brute_sees(lq, lk, left, right, i, j);
             any = any || s, all = all && s;
           }
-        if (any) ASSERT_TRUE(k0 / block >= n_begin && k0 / block < n_end) << q0 << " " << k0;
-        if (!all) ASSERT_TRUE(band.needs_mask(q0, q1, k0, block, Mask::kMasks)) << q0 << " " << k0;
+        if (any) {
+          ASSERT_TRUE(k0 / block >= n_begin && k0 / block < n_end) << q0 << " " << k0;
+        }
+        if (!all) {
+          ASSERT_TRUE(band.needs_mask(q0, q1, k0, block, Mask::kMasks)) << q0 << " " << k0;
+        }
       }
     }
 }
