@@ -9,133 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "test_util.h"
+#include "backward_util.h"
 
 namespace tileattn::test {
 namespace {
 
-struct Grads {
-  HostTensor dq, dk, dv;
-};
-
-Grads fresh_grads(const Problem& p, DType dtype) {
-  Grads g{like_q(p, dtype, p.q_layout), like_k(p, dtype, p.kv_layout), like_k(p, dtype, p.kv_layout)};
-  g.dq.poison(), g.dk.poison(), g.dv.poison();
-  return g;
-}
-
-// A case with its forward done (out, lse), a random output gradient and, with `with_dlse`, a
-// random gradient of the LSE too.
-struct BackwardCase {
-  Case c;
-  Result fwd;
-  HostTensor dout, dlse;
-  std::array<TensorRef, 4> index_refs;
-  Seqlens seqlens;
-  bool with_dlse = false;
-
-  explicit BackwardCase(const Problem& p, bool with_dlse = false)
-      : c(p, rng_for(p.name())()), with_dlse(with_dlse) {
-    Problem with_lse = p;
-    with_lse.with_lse = true;
-    c.problem = with_lse;
-    fwd = run_forward(c);
-    dout = like_q(p, p.dtype, p.out_layout);
-    std::mt19937_64 rng = rng_for(p.name() + " dout");
-    dout.fill_normal(rng);
-    seqlens = c.seqlens([](const HostTensor& t) { return t.ref(); }, &index_refs);
-    std::vector<int64_t> lse_shape;
-    for (int d = 0; d < fwd.lse.rank(); ++d) lse_shape.push_back(fwd.lse.dim(d));
-    dlse = HostTensor::contiguous(DType::kFloat32, lse_shape);
-    dlse.fill_normal(rng);
-  }
-  const TensorRef* dlse_ref() const {
-    static thread_local TensorRef ref;
-    ref = dlse.ref();
-    return with_dlse ? &ref : nullptr;
-  }
-  Grads run(const Options& options) const {
-    Grads g = fresh_grads(c.problem, c.problem.dtype);
-    if (c.problem.varlen())
-      backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
-                      g.dk.ref(), g.dv.ref(), seqlens, options, dlse_ref());
-    else
-      backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), fwd.out.ref(), fwd.lse.ref(), g.dq.ref(),
-               g.dk.ref(), g.dv.ref(), options, dlse_ref());
-    return g;
-  }
-  Grads oracle() const {
-    Grads g = fresh_grads(c.problem, DType::kFloat64);
-    if (c.problem.varlen())
-      reference_backward_varlen(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(),
-                                g.dv.ref(), seqlens, c.problem.options, dlse_ref());
-    else
-      reference_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
-                         c.problem.options, dlse_ref());
-    return g;
-  }
-  Grads eager() const {
-    Grads g = fresh_grads(c.problem, c.problem.dtype);
-    eager_backward(dout.ref(), c.q.ref(), c.k.ref(), c.v.ref(), g.dq.ref(), g.dk.ref(), g.dv.ref(),
-                   c.problem.options, dlse_ref());
-    return g;
-  }
-};
-
-// Largest |x - ref| where ref is finite; non-finite ref values (and elements the oracle left
-// unwritten: rows past seqused) must be matched exactly. Returns the error, counts mismatches.
-double grad_error(const HostTensor& x, const HostTensor& ref, int64_t* mismatches, double* ref_max) {
-  double err = 0;
-  ref.for_each([&](const Index& i) {
-    if (ref.is_poison(i)) {
-      *mismatches += !x.is_poison(i);
-      return;
-    }
-    const double r = ref.get(i), v = x.get(i);
-    if (std::isnan(r))
-      *mismatches += !std::isnan(v);
-    else if (!std::isfinite(v))
-      ++*mismatches;
-    else
-      err = std::max(err, std::abs(v - r)), *ref_max = std::max(*ref_max, std::abs(r));
-  });
-  return err;
-}
-
-// Gradients' atol: a few roundings of the largest gradient in the dtype.
-double grad_atol(DType dtype, double scale) {
-  const double eps = dtype == DType::kFloat32   ? 1e-6
-                     : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
-                                                : std::ldexp(1.0, -7);
-  return eps * std::max(1.0, scale);
-}
-
-void check(const Problem& p, bool with_dlse = false) {
-  const BackwardCase bc(p, with_dlse);
-  const Grads ours = bc.run(p.options), ref = bc.oracle();
-  const bool dense = !p.varlen();
-  const Grads base = dense ? bc.eager() : Grads{};
-  const char* names[] = {"dq", "dk", "dv"};
-  const HostTensor* o[] = {&ours.dq, &ours.dk, &ours.dv};
-  const HostTensor* r[] = {&ref.dq, &ref.dk, &ref.dv};
-  const HostTensor* e[] = {&base.dq, &base.dk, &base.dv};
-  for (int g = 0; g < 3; ++g) {
-    int64_t mismatches = 0, eager_mismatches = 0;
-    double ref_max = 0, eager_max = 0;
-    const double err = grad_error(*o[g], *r[g], &mismatches, &ref_max);
-    EXPECT_EQ(mismatches, 0) << names[g] << ": non-finite or stray values differ from the oracle's";
-    EXPECT_EQ(o[g]->count_gaps_changed(), 0) << names[g] << " written outside its view";
-    const double atol = grad_atol(p.dtype, ref_max);
-    if (dense) {
-      const double eager_err = grad_error(*e[g], *r[g], &eager_mismatches, &eager_max);
-      EXPECT_LE(err, 3 * eager_err + atol)
-          << names[g] << ": eager's error " << eager_err << ", |grad| " << ref_max;
-    }
-    if (p.dtype == DType::kFloat32) {
-      EXPECT_LE(err, 1e-4 * std::max(1.0, ref_max)) << names[g] << " (fp32)";
-    }
-  }
-}
+void check(const Problem& p, bool with_dlse = false) { check_backward(p, with_dlse); }
 
 Problem make(int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d, DType dtype) {
   Problem p;
@@ -272,6 +151,19 @@ TEST(Backward, GradientOfTheLse) {
     EXPECT_EQ(e.argument(), "dlse") << e.what();
   }
   EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
+}
+
+// Low precision varlen: eager's yardstick per sequence, seqused rows unwritten, an LSE gradient.
+TEST(Backward, VarlenLowPrecision) {
+  Problem base = make(0, 0, 4, 2, 40, DType::kBFloat16);
+  base.options.window_left = 10;
+  Problem p = varlen_problem(base, {33, 7, 0, 20}, {20, 70, 5, 64});
+  p.used_q = {30, 7, 0, 20}, p.used_k = {20, 66, 5, 64};
+  check(p, true);
+  Problem dense = make(40, 90, 2, 1, 24, DType::kFloat16);
+  dense.batch = 2, dense.used_q = {40, 11}, dense.used_k = {0, 90};
+  dense.options.causal = true;
+  check(dense);
 }
 
 TEST(Backward, NanReachesOnlyWhatSeesIt) {

@@ -198,6 +198,32 @@ Errors measure(const Result& r, const Case& c) {
   return e;
 }
 
+TensorRef seq_view(const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len) {
+  TensorRef r = t.ref();
+  const int64_t esize = static_cast<int64_t>(dtype_size(r.dtype));
+  if (packed) {
+    r.data = static_cast<char*>(r.data) + start * r.stride[0] * esize;
+    return TensorRef::strided(r.data, r.dtype, {1, len, r.shape[1], r.shape[2]},
+                              {len * r.stride[0], r.stride[0], r.stride[1], r.stride[2]});
+  }
+  r.data = static_cast<char*>(r.data) + b * r.stride[0] * esize;
+  r.shape[0] = 1, r.shape[1] = len;
+  return r;
+}
+
+TensorRef seq_lse_view(const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len) {
+  TensorRef r = t.ref();
+  const int64_t esize = static_cast<int64_t>(dtype_size(r.dtype));
+  if (packed) {
+    r.data = static_cast<char*>(r.data) + start * r.stride[1] * esize;
+    return TensorRef::strided(r.data, r.dtype, {1, r.shape[0], len},
+                              {r.shape[0] * r.stride[0], r.stride[0], r.stride[1]});
+  }
+  r.data = static_cast<char*>(r.data) + b * r.stride[0] * esize;
+  r.shape[0] = 1, r.shape[2] = len;
+  return r;
+}
+
 Errors eager_errors(const Case& c) {
   const Problem& p = c.problem;
   if (!p.varlen()) return measure(run_eager(c), c);
@@ -205,18 +231,6 @@ Errors eager_errors(const Case& c) {
   Errors e;
   const std::vector<int64_t> cq = p.packed_q ? prefix_sums(p.lens_q) : std::vector<int64_t>{};
   const std::vector<int64_t> ck = p.packed_k ? prefix_sums(p.lens_k) : std::vector<int64_t>{};
-  const auto seq_view = [](const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len) {
-    TensorRef r = t.ref();
-    const int64_t esize = static_cast<int64_t>(dtype_size(r.dtype));
-    if (packed) {
-      r.data = static_cast<char*>(r.data) + start * r.stride[0] * esize;
-      return TensorRef::strided(r.data, r.dtype, {1, len, r.shape[1], r.shape[2]},
-                                {len * r.stride[0], r.stride[0], r.stride[1], r.stride[2]});
-    }
-    r.data = static_cast<char*>(r.data) + b * r.stride[0] * esize;
-    r.shape[0] = 1, r.shape[1] = len;
-    return r;
-  };
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t lq = p.len_q(b), lk = p.len_k(b);
     if (lq == 0) continue;

@@ -154,6 +154,10 @@ struct Errors {
   std::string first_mismatch;  // where and what, for the failure message
 };
 Errors measure(const Result& r, const Case& c);
+// Sequence b of a [B, L, H, D] tensor (or rows start.. of a packed [total, H, D] one) as a
+// [1, len, H, D] view; an LSE-like [H, total] / [B, H, L] tensor with seq_lse_view.
+TensorRef seq_view(const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len);
+TensorRef seq_lse_view(const HostTensor& t, bool packed, int64_t start, int64_t b, int64_t len);
 // Eager's error on the case, each sequence of a varlen batch run as a dense problem of its own.
 Errors eager_errors(const Case& c);
 

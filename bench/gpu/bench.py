@@ -17,6 +17,8 @@ Suites (--suites):
   gap       tileattn at D=128, L=16k through the binding and the CLI, timed several ways.
   varlen    packed batches of mixed lengths (16k tokens) beside the dense kernel on the same
             sequences.
+  backward  the forward sweep's shapes through torch autograd: the backward alone and forward +
+            backward, beside SDPA's backends (bench/gpu/backward.py).
 Writes JSON (--out) and prints tables last, with ratios to SDPA's backends.
 """
 import argparse
@@ -36,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import backward as backward_bench
 import timer as timers
 import tileattn
 
@@ -340,6 +343,10 @@ def gap_suite(args, timer):
     return rows
 
 
+def backward_suite(args, timer):
+    return backward_bench.backward_suite(args, timer, release_memory)
+
+
 def copy_bandwidth(timer):
     """The device's copy ceiling: bytes read + written by a 4 GiB device-to-device copy, in TB/s."""
     src = torch.empty(1 << 31, dtype=torch.int16, device="cuda")
@@ -385,6 +392,7 @@ def print_tables(rows, copy_tbps):
             print(f"varlen {r['mix']:16s} causal={int(r['causal'])}: {r['tflops']:6.1f} TFLOP/s "
                   f"(graph {r['graph_tflops']:6.1f}), dense kernel on the same sequences {dense['tflops']:6.1f}: "
                   f"{r['tflops'] / dense['tflops']:.3f}x")
+    backward_bench.print_table(rows, SHORT)
     over = [r for r in rows if r["suite"] == "overhead"]
     if over:
         print("\noverhead (B=1 L=128 H=8 D=64): us per call")
@@ -398,7 +406,7 @@ def print_tables(rows, copy_tbps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suites", default="gap,forward,decode,varlen,overhead")
+    ap.add_argument("--suites", default="gap,forward,decode,varlen,overhead,backward")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
@@ -431,7 +439,8 @@ def main():
         host=platform.node(),
         dtype="bf16",
         timer=timers.describe(args.reps, args.warmup),
-        flops="4*B*H*L*L*D, halved when causal (forward); decode: TB/s of K and V bytes read",
+        flops="4*B*H*L*L*D, halved when causal (forward); backward 2.5x, forward + backward 3.5x; "
+              "decode: TB/s of K and V bytes read",
         copy_tbps=copy_tbps,
         entry_points="tileattn.attention; F.scaled_dot_product_attention under sdpa_kernel(backend); "
                      "torch eager formula; tileattn.eager",

@@ -12,7 +12,8 @@
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
-#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead); plot.py (PNGs)
+#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward);
+#             plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
 # Stages run in the order given (default: build test sanitize python bench traffic). With
 # DEADLINE=S, a stage that would start after S seconds is skipped (a time-boxed run). Everything goes to OUTDIR: logs.txt (every step's output),
@@ -55,7 +56,8 @@ in_time() {  # in_time STAGE: false (and noted) once the deadline has passed
 run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
-    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}"
+    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}" \
+    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
 }
@@ -83,6 +85,7 @@ run_install() {  # the Python package, once per run
   step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
     -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
     -C cmake.define.TILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" \
+    -C cmake.define.TILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" \
     -C build-dir="$ROOT/build/python"
 }
 run_python() {
@@ -116,7 +119,7 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
 run_bench() {
   run_install
   step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
-    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead}" --tileattn-cli "$BUILD/tools/tileattn"
+    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward}" --tileattn-cli "$BUILD/tools/tileattn"
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
 }
 run_traffic() {
@@ -132,7 +135,7 @@ echo "==== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>
 cat "$SUMMARY"
 if has bench; then
   # The tables the bench and traffic steps printed last.
-  awk '/^#### tables/,/^=== plot/' "$LOG" | grep -v "^===" | head -90
+  awk '/^#### tables/,/^=== plot/' "$LOG" | grep -v "^===" | head -140
 fi
 if has traffic; then
   awk '/^DRAM traffic/,0' "$LOG" | grep -v "^===" | head -8

@@ -143,6 +143,8 @@ NB_MODULE(_C, m) {
   m.def(
       "version", [] { return std::string(tileattn::version()); }, "The library's version.");
   m.def("built_with_cuda", &tileattn::built_with_cuda, "Whether the CUDA kernels are compiled in.");
+  m.def("built_with_cuda_backward", &tileattn::built_with_cuda_backward,
+        "Whether the CUDA backward kernels are compiled in.");
   m.def("cuda_device_count", &tileattn::cuda_device_count,
         "CUDA devices visible to tileattn (0 without CUDA kernels or without a GPU).");
   m.def(

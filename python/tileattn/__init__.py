@@ -22,6 +22,12 @@ def built_with_cuda():
     return _C.built_with_cuda()
 
 
+def built_with_cuda_backward():
+    """Whether this build has the CUDA backward kernels (a build option, off by default until they
+    are verified on a GPU); without them the backward runs on CPU tensors only."""
+    return _C.built_with_cuda_backward()
+
+
 def cuda_device_count():
     """The number of CUDA devices tileattn can use (0 without CUDA kernels or without a GPU)."""
     return _C.cuda_device_count()
@@ -55,6 +61,7 @@ __all__ = [
     "reference_backward",
     "eager_backward",
     "built_with_cuda",
+    "built_with_cuda_backward",
     "cuda_device_count",
     "cpu_isa",
     "__version__",

@@ -2,10 +2,15 @@
 // make_params, then dout and the gradients), select, run.
 #include <string>
 
+#include "api/device_caps.h"
 #include "api/validate.h"
 #include "cpu/cpu_backward.h"
+#include "dispatch/select.h"
 #include "reference/reference.h"
 #include "tileattn/tileattn.h"
+#if defined(TILEATTN_WITH_CUDA)
+#include "cuda/cuda_api.h"
+#endif
 
 namespace tileattn {
 namespace {
@@ -121,11 +126,28 @@ detail::BackwardParams prepare(const TensorRef& dout, const TensorRef& q, const 
 }
 
 void run(const detail::BackwardParams& b, const Device& device) {
-  if (device.kind != DeviceKind::kCPU)
-    throw Error(
-        "q", "is on " + device_name(device) +
-                 "; this version of tileattn computes gradients on CPU tensors only (no CUDA backward yet)");
-  detail::cpu::backward(b);
+  if (device.kind == DeviceKind::kCPU) {
+    detail::cpu::backward(b);
+    return;
+  }
+  // CUDA tensors: the forward's checks of q, k, v, out (and the device), then the backward's own.
+  const detail::Selection sel = detail::select_kernel(b.fwd, detail::device_caps(device), Kernel::kAuto);
+  if (!sel.ok()) throw Error(sel.argument, sel.reason);
+  if (const detail::Rejection r = detail::cuda_backward_rejects(b); !r.ok())
+    throw Error(r.argument, r.reason);
+#if defined(TILEATTN_WITH_CUDA) && defined(TILEATTN_CUDA_BACKWARD)
+  if (b.fwd.check_indices) {  // checked mode: device index tensors validated first
+    detail::IndexFaultAt faults[2];
+    detail::cuda::find_index_faults(b.fwd, faults);
+    for (int side = 0; side < 2; ++side)
+      if (auto e = detail::index_fault_error(faults[side], side == 0)) throw *e;
+  }
+  detail::cuda::backward(b);
+#else
+  throw Error("q", "is on " + device_name(device) +
+                       ", but this build of tileattn has no CUDA backward (configure with "
+                       "-DTILEATTN_CUDA_BACKWARD=ON)");
+#endif
 }
 
 // The oracle's and eager's arguments: q, k, v and dout (no forward results), the gradients.

@@ -1,6 +1,7 @@
 // forward.cc: the public entry points: validate once, select, run.
 #include <cstdlib>
 
+#include "api/device_caps.h"
 #include "api/validate.h"
 #include "cpu/cpu_forward.h"
 #include "dispatch/select.h"
@@ -14,31 +15,13 @@
 namespace tileattn {
 namespace {
 
-detail::DeviceCaps caps_for(const Device& device) {
-  detail::DeviceCaps caps;
-  caps.kind = device.kind;
-#if defined(TILEATTN_WITH_CUDA)
-  caps.cuda_built = true;
-  caps.sm90_built = detail::cuda::sm90_built();
-  if (device.kind == DeviceKind::kCUDA) {
-    caps.device_count = detail::cuda::device_count();
-    if (device.index >= 0 && device.index < caps.device_count) {
-      const auto info = detail::cuda::device_info(device.index);
-      caps.cc_major = info.cc_major;
-      caps.cc_minor = info.cc_minor;
-    }
-  }
-#endif
-  return caps;
-}
-
 // Validation and selection together; returns the params and the kernel, or throws.
 detail::Selection prepare(const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                           const TensorRef* lse, const Seqlens* seqlens, const Options& options,
                           detail::AttnParams* params) {
   if (auto error = detail::make_params(q, k, v, out, lse, seqlens, options, detail::Entry::kForward, params))
     throw *error;
-  auto sel = detail::select_kernel(*params, caps_for(q.device), options.kernel);
+  auto sel = detail::select_kernel(*params, detail::device_caps(q.device), options.kernel);
   if (!sel.ok()) throw Error(sel.argument, sel.reason);
   return sel;
 }
@@ -139,7 +122,7 @@ void eager(const TensorRef& q, const TensorRef& k, const TensorRef& v, const Ten
     bytes = detail::reference::eager(params);
   } else {
 #if defined(TILEATTN_WITH_CUDA)
-    const auto caps = caps_for(q.device);
+    const auto caps = detail::device_caps(q.device);
     if (q.device.index >= caps.device_count)
       throw Error("q", "is on " + device_name(q.device) + ", but " + std::to_string(caps.device_count) +
                            " CUDA device(s) are present");
@@ -153,6 +136,14 @@ void eager(const TensorRef& q, const TensorRef& k, const TensorRef& v, const Ten
 
 bool built_with_cuda() {
 #if defined(TILEATTN_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool built_with_cuda_backward() {
+#if defined(TILEATTN_WITH_CUDA) && defined(TILEATTN_CUDA_BACKWARD)
   return true;
 #else
   return false;

@@ -28,6 +28,7 @@ bool sm90_built();  // whether the sm90a kernels are compiled in
 int* stream_counter(int device, void* stream);
 
 void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors
+void backward(const BackwardParams& b);            // a validated backward on device tensors
 void combine(const CombineParams& c);              // split-KV partial states merged (combine.cu)
 // Options::check_indices: p's device index tensors checked on the device by the host's checks
 // (one sync); faults[0] for the q side, faults[1] for the k side.

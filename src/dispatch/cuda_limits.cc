@@ -71,4 +71,32 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
   return {};
 }
 
+Rejection cuda_backward_rejects(const BackwardParams& b) {
+  const Strides4* strides[] = {&b.dout_stride, &b.dq_stride, &b.dk_stride, &b.dv_stride};
+  const char* names[] = {"dout", "dq", "dk", "dv"};
+  const void* ptrs[] = {b.dout, b.dq, b.dk, b.dv};
+  for (int i = 0; i < 4; ++i) {
+    const Strides4& s = *strides[i];
+    if (s.d != 1) return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
+    if (s.b % 8 || s.l % 8 || s.h % 8)
+      return {names[i], "strides (" + str(s.b) + ", " + str(s.l) + ", " + str(s.h) +
+                            ") must be multiples of 8 elements (16 bytes) on CUDA"};
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16) return {names[i], "data pointer is not 16-byte aligned"};
+  }
+  if (b.dlse != nullptr && reinterpret_cast<uintptr_t>(b.dlse) % 4)
+    return {"dlse", "data pointer is not 4-byte aligned"};
+  // One CTA per (batch, head, 64 rows) and per (batch, KV head, 64 keys) on grid.x.
+  const AttnParams& p = b.fwd;
+  const int64_t max_ctas = (int64_t{1} << 31) - 1, m_blocks = (p.seqlen_q + 63) / 64,
+                n_blocks = (p.seqlen_k + 63) / 64;
+  if (p.batch > 0 && p.heads_q > 0 && m_blocks > max_ctas / p.batch / p.heads_q)
+    return {"q",
+            "batch * heads * ceil(seqlen_q / 64) exceeds the CUDA grid limit of 2^31 - 1 for the backward"};
+  if (p.batch > 0 && p.heads_kv > 0 && n_blocks > max_ctas / p.batch / p.heads_kv)
+    return {
+        "k",
+        "batch * kv heads * ceil(seqlen_k / 64) exceeds the CUDA grid limit of 2^31 - 1 for the backward"};
+  return {};
+}
+
 }  // namespace tileattn::detail

@@ -36,5 +36,8 @@ struct Rejection {
 
 // Shape/feature checks of a CUDA kernel (defined with the CUDA limits).
 Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
+// What the CUDA backward needs of its own tensors (dout, dq, dk, dv, dlse) and grids, on top of
+// what the forward's kernel selection checks of the forward's.
+Rejection cuda_backward_rejects(const BackwardParams& b);
 
 }  // namespace tileattn::detail

@@ -79,4 +79,38 @@ Report run_case(const Problem& p, uint64_t seed, int64_t nan_at_key, const GpuRu
   return test::judge(run_on_gpu(c, p.options, runner), c, DeviceKind::kCUDA);
 }
 
+// The case's inputs, forward results and gradients (poisoned) on the device, backward there, the
+// gradients back on the host.
+test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options) {
+  const Problem& p = bc.c.problem;
+  test::Grads g = test::fresh_grads(p, p.dtype);
+  const DeviceCopy dout(bc.dout), q(bc.c.q), k(bc.c.k), v(bc.c.v), out(bc.fwd.out), lse(bc.fwd.lse),
+      dlse(bc.dlse), dq(g.dq), dk(g.dk), dv(g.dv);
+  const TensorRef dlse_ref = dlse.ref();
+  const TensorRef* dl = bc.with_dlse ? &dlse_ref : nullptr;
+  if (p.varlen()) {
+    const DeviceCopy cu_q(bc.c.cu_q), cu_k(bc.c.cu_k), used_q(bc.c.used_q), used_k(bc.c.used_k);
+    std::array<TensorRef, 4> refs;
+    const Seqlens s = bc.c.seqlens(
+        [&](const HostTensor& t) {
+          return (&t == &bc.c.cu_q     ? cu_q
+                  : &t == &bc.c.cu_k   ? cu_k
+                  : &t == &bc.c.used_q ? used_q
+                                       : used_k)
+              .ref();
+        },
+        &refs);
+    Options o = options;
+    o.check_indices = true;
+    backward_varlen(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(), dv.ref(),
+                    s, o, dl);
+  } else {
+    backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(), dv.ref(),
+             options, dl);
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("backward kernels failed");
+  dq.to_host(g.dq), dk.to_host(g.dk), dv.to_host(g.dv);
+  return g;
+}
+
 }  // namespace tileattn::cuda_test

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "backward_util.h"
 #include "test_util.h"
 
 namespace tileattn::cuda_test {
@@ -46,5 +47,9 @@ Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner
 // A case of p (seeded), optionally a NaN in key nan_at_key of (batch 0, kv head 0), run on the
 // GPU and judged against the oracle with eager's error on the CPU as the yardstick.
 Report run_case(const Problem& p, uint64_t seed = 1, int64_t nan_at_key = -1, const GpuRunner& runner = {});
+
+// The backward of a case on the GPU: its inputs, forward results, gradients (poisoned) and index
+// tensors mirrored on the device (varlen in checked mode), the gradients back on the host.
+test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options);
 
 }  // namespace tileattn::cuda_test

@@ -134,10 +134,11 @@ def autograd_grads(f, inputs, weights):
     return torch.autograd.grad(loss, inputs)
 
 
-def check_autograd(shape, dtype, with_lse=False, **options):
-    q, k, v = torch_qkv(shape, dtype)
-    w_out = torch.randn(q.shape, dtype=torch.float64)
-    weights = [w_out] + ([torch.randn(shape[0], shape[3], shape[1], dtype=torch.float64)] if with_lse else [])
+def check_autograd(shape, dtype, with_lse=False, device="cpu", **options):
+    q, k, v = torch_qkv(shape, dtype, device)
+    w_out = torch.randn(q.shape, dtype=torch.float64, device=device)
+    weights = [w_out] + ([torch.randn(shape[0], shape[3], shape[1], dtype=torch.float64, device=device)]
+                         if with_lse else [])
 
     def ours(q, k, v):
         out, lse = tileattn.attention(q, k, v, return_lse=True, **options)
@@ -268,3 +269,40 @@ def test_compiled_training_step_matches_eager():
         model(x).square().mean().backward()
     for (name, a), b in zip(block.named_parameters(), twin.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+# -- CUDA -------------------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or tileattn.cuda_device_count() == 0 or not tileattn.built_with_cuda_backward(),
+    reason="needs a CUDA GPU and tileattn built with its CUDA backward kernels (TILEATTN_CUDA_BACKWARD=ON)")
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(2, 300, 300, 8, 2, 128), (1, 127, 513, 4, 4, 64), (1, 200, 100, 2, 1, 256),
+                                   (1, 90, 90, 2, 2, 72)], ids=str)
+@pytest.mark.parametrize("options", [{}, {"causal": True}, {"window": (50, 0), "softcap": 20.0}],
+                         ids=["full", "causal", "window_softcap"])
+def test_cuda_autograd_matches_float64_autograd(dtype, shape, options):
+    check_autograd(shape, dtype, device="cuda", **options)
+
+
+@needs_cuda
+def test_cuda_lse_gradient_varlen_and_opcheck():
+    check_autograd((2, 64, 80, 4, 2, 64), torch.bfloat16, with_lse=True, device="cuda", causal=True)
+    q, k, v = torch_qkv((2, 33, 65, 4, 2, 64), torch.bfloat16, "cuda")
+    torch.library.opcheck(OP, (q, k, v, True, None, -1, -1, 0.0, "auto", 0, True, False))
+    lens = [17, 100, 1]
+    cu = torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device="cuda")
+    qp = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kp = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    vp = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = tileattn.flash_attn_varlen_func(qp, kp, vp, cu, cu, max(lens), max(lens), causal=True)
+    out.float().square().sum().backward()
+    for b in range(3):
+        s = slice(int(cu[b]), int(cu[b + 1]))
+        parts = [x.detach()[s][None].requires_grad_() for x in (qp, kp, vp)]
+        tileattn.attention(*parts, causal=True).float().square().sum().backward()
+        for x, part in zip((qp, kp, vp), parts):
+            torch.testing.assert_close(x.grad[s], part.grad[0], rtol=0, atol=0)

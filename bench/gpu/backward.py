@@ -1,0 +1,124 @@
+"""The backward suite of bench/gpu/bench.py: training's attention, through torch autograd.
+
+Every implementation is called as a model trains with it: tileattn through `tileattn.attention`
+(its autograd op), PyTorch through `F.scaled_dot_product_attention` under one forced backend, on
+the forward suite's shapes (bf16, [B, L, H, D] storage, hidden 2048, 16k tokens). Two timings
+per implementation, by the one timer (bench/gpu/timer.py, both columns):
+  backward   torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) of one kept forward;
+  fwd+bwd    the forward and that backward together.
+TFLOP/s as flash-attn counts them: the backward 2.5x the forward's 4*B*H*L*L*D (halved when
+causal), forward + backward 3.5x. peak_extra_bytes: the most memory a backward call allocates
+beyond its gradients.
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tileattn
+
+BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
+IMPLS = ["tileattn"] + list(BACKENDS)
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _forward(name, q, k, v, causal):
+    if name == "tileattn":
+        return lambda: tileattn.attention(q, k, v, causal=causal)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    return lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+
+
+def measure(timer, name, q, k, v, dout, causal, release):
+    row = {}
+    try:
+        with sdpa_kernel(BACKENDS[name]) if name in BACKENDS else _Nothing():
+            forward = _forward(name, q, k, v, causal)
+            out = forward()
+            backward = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            both = lambda: torch.autograd.grad(forward(), (q, k, v), dout)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            grads = backward()
+            torch.cuda.synchronize()
+            row["peak_extra_bytes"] = (torch.cuda.max_memory_allocated() - base
+                                       - sum(g.numel() * g.element_size() for g in grads))
+            row["grads"] = grads
+            for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
+                for key, value in timer.time(call).items():
+                    row[prefix + key] = value
+                try:
+                    for key, value in timer.time_graph(call).items():
+                        row[prefix + "graph_" + key] = value
+                except Exception as e:  # not capturable: recorded, the plain column stands
+                    row[prefix + "graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                    torch.cuda.synchronize()
+            del out
+    except Exception as e:
+        row = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    release()
+    return row
+
+
+def backward_suite(args, timer, release):
+    rows = []
+    for d in args.head_dims:
+        for L in args.seqlens:
+            for causal in (False, True):
+                shape = dict(suite="backward", B=max(1, args.tokens // L), H=args.hidden // d, L=L, D=d, causal=causal)
+                B, H = shape["B"], shape["H"]
+                make = lambda: torch.randn(B, L, H, d, device="cuda", dtype=torch.bfloat16)
+                q, k, v = (make().requires_grad_() for _ in range(3))
+                dout = make()
+                flops = 4.0 * B * H * L * L * d / (2 if causal else 1) / 1e9
+                first = None
+                for name in IMPLS:
+                    r = measure(timer, name, q, k, v, dout, causal, release)
+                    grads = r.pop("grads", None)
+                    if grads is not None:
+                        if first is None:
+                            first = [g.float() for g in grads]
+                        r["max_diff_vs_first"] = max((g.float() - f).abs().max().item() for g, f in zip(grads, first))
+                        del grads
+                    for prefix, mult in (("bwd_", 2.5), ("fwdbwd_", 3.5)):
+                        for col in ("", "graph_"):
+                            if prefix + col + "ms" in r:
+                                r[prefix + col + "tflops"] = mult * flops / r[prefix + col + "ms"]
+                    rows.append(dict(shape, impl=name, **r))
+                    status = r.get("error") or (f"bwd {r['bwd_tflops']:7.1f}  fwd+bwd {r['fwdbwd_tflops']:7.1f} TFLOP/s"
+                                                f"  graph {r.get('bwd_graph_tflops', float('nan')):7.1f}")
+                    print(f"{shape} {name:15s} {status}", file=sys.stderr, flush=True)
+                del q, k, v, dout, first
+                release()
+    return rows
+
+
+def print_table(rows, short):
+    sel = [r for r in rows if r["suite"] == "backward"]
+    if not sel:
+        return
+    by = {}
+    for r in sel:
+        by.setdefault((r["D"], r["L"], r["B"], r["H"], r["causal"]), {})[r["impl"]] = r
+    print("\nbackward: TFLOP/s (bf16) of the backward alone and of forward + backward; 'g' = CUDA-graph replay")
+    print("     D      L      B      H causal " + " ".join(f"{short[i]:>9}" for i in IMPLS)
+          + "  ours/CUDNN  ours/CUDNN(g) | fwd+bwd: " + " ".join(f"{short[i]:>9}" for i in IMPLS) + "  ours/CUDNN")
+    for key, vals in by.items():
+        cell = lambda i, col: vals.get(i, {}).get(col)
+        ratio = lambda a, b: f"{a / b:10.2f}" if a and b else f"{'-':>10}"
+        fmt = lambda x: f"{x:9.1f}" if x else f"{'-':>9}"
+        print(" ".join(f"{int(x):>6}" for x in key) + " " + " ".join(fmt(cell(i, "bwd_tflops")) for i in IMPLS)
+              + "  " + ratio(cell("tileattn", "bwd_tflops"), cell("sdpa_cudnn", "bwd_tflops"))
+              + "     " + ratio(cell("tileattn", "bwd_graph_tflops"), cell("sdpa_cudnn", "bwd_graph_tflops"))
+              + " |          " + " ".join(fmt(cell(i, "fwdbwd_tflops")) for i in IMPLS)
+              + "  " + ratio(cell("tileattn", "fwdbwd_tflops"), cell("sdpa_cudnn", "fwdbwd_tflops")))

@@ -1,0 +1,73 @@
+// bwd_preprocess.cu: the backward's per-row values, one warp a (row, head): dsum = rowsum(dO * O)
+// - dlse and lse2 = lse log2(e) (0 for a row that sees no key, whose entries are all masked).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "common/online_softmax.h"
+#include "cuda/check.h"
+#include "cuda/sm80/sm80.h"
+
+namespace tileattn::detail::sm80 {
+namespace {
+
+__device__ __forceinline__ float2 to_float2(uint32_t x, __nv_bfloat16) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+__device__ __forceinline__ float2 to_float2(uint32_t x, __half) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&x));
+}
+
+template <class T>
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const uint32_t xa[4] = {a.x, a.y, a.z, a.w}, xb[4] = {b.x, b.y, b.z, b.w};
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 u = to_float2(xa[i], T{}), v = to_float2(xb[i], T{});
+    acc = fmaf(u.x, v.x, fmaf(u.y, v.y, acc));
+  }
+  return acc;
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelParams p) {
+  const cuda::KernelParams& f = p.f;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = p.part_batch * f.heads_q * p.part_len, warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t item = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; item < rows;
+       item += warps) {
+    const int64_t l = item % p.part_len, bh = item / p.part_len, h = bh % f.heads_q, b = bh / f.heads_q;
+    const T* o = static_cast<const T*>(f.out) + b * f.o_sb + l * f.o_sl + h * f.o_sh;
+    const T* d = static_cast<const T*>(p.dout) + b * p.do_sb + l * p.do_sl + h * p.do_sh;
+    float acc = 0.0f;
+    for (int c = lane; c < f.d_chunks; c += 32)
+      acc += dot8<T>(*reinterpret_cast<const uint4*>(o + 8 * c), *reinterpret_cast<const uint4*>(d + 8 * c));
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (lane == 0) {
+      const float lse = f.lse[b * f.lse_sb + h * f.lse_sh + l * f.lse_sl];
+      const float dl = p.dlse != nullptr ? p.dlse[b * p.dl_sb + h * p.dl_sh + l * p.dl_sl] : 0.0f;
+      const int64_t w = b * p.w_sb + h * p.w_sh + l;
+      p.dsum[w] = acc - dl;
+      p.lse2[w] = lse == -INFINITY ? 0.0f : lse * kLog2e;
+    }
+  }
+}
+
+}  // namespace
+
+void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream) {
+  const int64_t rows = kp.part_batch * kp.f.heads_q * kp.part_len;
+  if (rows == 0) return;
+  const int64_t blocks = (rows + 7) / 8;
+  const dim3 grid(static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20)));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kBFloat16)
+    bwd_preprocess_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>(kp);
+  else
+    bwd_preprocess_kernel<__half><<<grid, 256, 0, s>>>(kp);
+  TILEATTN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tileattn::detail::sm80

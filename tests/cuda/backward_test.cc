@@ -1,0 +1,142 @@
+// backward_test.cc: the CUDA backward (sm80 kernels) against the fp64 oracle with eager's error on
+// the CPU as the yardstick, through the CPU suite's harness (backward_util.h): head dims of every
+// compiled kernel and padded ones, masks, softcap, GQA, off-grid lengths, varlen batches with
+// seqused (checked mode), the LSE's gradient, NaN, determinism over runs, bad arguments.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backward_util.h"
+#include "cuda_case.h"
+
+namespace tileattn::cuda_test {
+namespace {
+
+using test::BackwardCase;
+using test::Grads;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+Problem make(int64_t b, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d, DType dtype) {
+  Problem p;
+  p.batch = b, p.seqlen_q = lq, p.seqlen_k = lk, p.heads_q = hq, p.heads_kv = hkv, p.head_dim = d;
+  p.dtype = dtype;
+  return p;
+}
+
+std::vector<Problem> dense_cases() {
+  std::vector<Problem> out;
+  const struct {
+    int64_t b, lq, lk, hq, hkv, d;
+  } shapes[] = {{1, 1, 1, 2, 1, 64},      {2, 17, 63, 4, 2, 40},   {1, 65, 64, 2, 2, 64},
+                {1, 113, 203, 8, 1, 128}, {1, 203, 113, 2, 1, 96}, {1, 257, 129, 6, 3, 128},
+                {1, 130, 70, 2, 2, 256},  {1, 64, 200, 4, 4, 200}, {2, 1023, 1025, 2, 1, 128}};
+  for (const auto& s : shapes)
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16})
+      for (int mask = 0; mask < 4; ++mask) {
+        Problem p = make(s.b, s.lq, s.lk, s.hq, s.hkv, s.d, dtype);
+        if (mask == 1) p.options.causal = true;
+        if (mask == 2) p.options.window_left = 40, p.options.window_right = 7;
+        if (mask == 3) p.options.softcap = 15.0f, p.options.causal = true;
+        out.push_back(p);
+      }
+  Problem strided = make(2, 70, 90, 4, 2, 64, DType::kBFloat16);
+  strided.q_layout = strided.kv_layout = strided.out_layout = test::Layout::kBHLD;
+  out.push_back(strided);
+  return out;
+}
+
+class CudaBackward : public testing::TestWithParam<Problem> {};
+TEST_P(CudaBackward, MatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  test::check_backward(GetParam(), false, gpu_backward);
+}
+INSTANTIATE_TEST_SUITE_P(Dense, CudaBackward, testing::ValuesIn(dense_cases()), [](const auto& info) {
+  return info.param.name() + "_" + std::to_string(info.index);
+});
+
+TEST(CudaBackwardVarlen, MatchesOracleWithSequsedAndLseGradient) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t d : {64, 128}) {
+    Problem base = make(1, 0, 0, 4, 2, d, DType::kBFloat16);
+    base.options.causal = true;
+    Problem p = test::varlen_problem(base, {17, 0, 113, 1, 300}, {113, 5, 17, 700, 300});
+    p.used_q = {17, 0, 100, 1, 300}, p.used_k = {100, 5, 17, 700, 299};
+    test::check_backward(p, true, gpu_backward);
+    Problem dense = make(3, 150, 260, 4, 1, d, DType::kFloat16);
+    dense.used_q = {150, 1, 77}, dense.used_k = {260, 0, 100};
+    dense.options.window_left = 50;
+    test::check_backward(dense, false, gpu_backward);
+  }
+}
+
+TEST(CudaBackward, GradientOfTheLse) {
+  SKIP_WITHOUT_GPU();
+  Problem p = make(2, 100, 160, 4, 2, 64, DType::kBFloat16);
+  p.options.causal = true;
+  test::check_backward(p, true, gpu_backward);
+}
+
+TEST(CudaBackward, NanReachesOnlyWhatSeesIt) {
+  SKIP_WITHOUT_GPU();
+  Problem p = make(1, 130, 130, 2, 1, 64, DType::kBFloat16);
+  p.options.causal = true;
+  BackwardCase bc(p);
+  bc.c.k.set({0, 70, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 70 do not see key 70
+  bc.fwd = test::run_forward(bc.c);
+  const Grads g = gpu_backward(bc, p.options);
+  for (int64_t i = 0; i < 70; ++i)
+    for (int64_t d = 0; d < 64; ++d) ASSERT_TRUE(std::isfinite(g.dq.get({0, i, 0, d}))) << i;
+  EXPECT_TRUE(std::isnan(g.dq.get({0, 100, 1, 0})));
+}
+
+// The kernels sum every gradient in a fixed order: the same bits on every run, at flash-attn's
+// race-condition shape (batch 60) too.
+TEST(CudaBackward, SameBitsEveryRun) {
+  SKIP_WITHOUT_GPU();
+  Problem p = make(60, 200, 200, 4, 2, 64, DType::kBFloat16);
+  p.options.causal = true;
+  const BackwardCase bc(p);
+  Options o = p.options;
+  o.deterministic = true;
+  const Grads first = gpu_backward(bc, o);
+  for (int run = 0; run < 5; ++run) {
+    const Grads again = gpu_backward(bc, run % 2 ? o : p.options);
+    EXPECT_TRUE(again.dq.bytes() == first.dq.bytes() && again.dk.bytes() == first.dk.bytes() &&
+                again.dv.bytes() == first.dv.bytes())
+        << "run " << run;
+  }
+}
+
+TEST(CudaBackward, BadArgumentsNameThemselves) {
+  SKIP_WITHOUT_GPU();
+  Problem p = make(1, 20, 20, 2, 1, 64, DType::kBFloat16);
+  const BackwardCase bc(p);
+  Grads g = test::fresh_grads(p, p.dtype);
+  const DeviceCopy dout(bc.dout), q(bc.c.q), k(bc.c.k), v(bc.c.v), out(bc.fwd.out), lse(bc.fwd.lse), dq(g.dq),
+      dk(g.dk), dv(g.dv);
+  TensorRef bad = dq.ref();
+  bad.data = static_cast<char*>(bad.data) + 2;  // not 16-byte aligned
+  try {
+    backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), bad, dk.ref(), dv.ref());
+    ADD_FAILURE() << "accepted a misaligned dq";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dq") << e.what();
+  }
+  TensorRef host_dq = g.dq.ref();  // a CPU gradient for CUDA inputs
+  try {
+    backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), host_dq, dk.ref(), dv.ref());
+    ADD_FAILURE() << "accepted a CPU dq";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dq") << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tileattn::cuda_test
