@@ -8,7 +8,10 @@
 //     S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
 // Each GEMM is one of the forward's two warp GEMMs (warp_mma.h) with other tiles in the operand
 // roles: A from a tile's warp rows, B "as K" (Q K^T) or "as V" (P V, ldmatrix.trans).
-// Entries the mask hides get P = dS = 0 whatever dP holds, so a hidden NaN reaches no gradient.
+// Entries the mask hides get P = dS = 0 whatever dP holds. The products after that multiply
+// whole 64 x 64 blocks, so a NaN in K, Q or dO at a position the mask hides from some rows of a
+// block still reaches those rows' (keys') gradients through 0 x NaN, as in flash-attn; positions
+// past a sequence's length are never read (their tiles are zero-filled).
 #pragma once
 
 #include <cstdint>
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads()) attention_bwd_dkdv_sm80
   int q_begin = 0, q_end = 0;
   if (len_q > 0) band.query_rows(k0, k0 + k_rows, len_q, &q_begin, &q_end);
   const int m_begin = q_begin / kBM, m_per_head = q_end > q_begin ? (q_end + kBM - 1) / kBM - m_begin : 0;
-  const int steps = m_per_head * static_cast<int>(f.group);
+  const int64_t steps = m_per_head * f.group;  // can pass 2^31 at long sequences and wide groups
 
   const T* k = static_cast<const T*>(f.k) + batch * f.k_sb + head_kv * f.k_sh + (seq.k_start + k0) * f.k_sl;
   const T* v = static_cast<const T*>(f.v) + batch * f.v_sb + head_kv * f.v_sh + (seq.k_start + k0) * f.v_sl;
@@ -141,10 +144,10 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads()) attention_bwd_dkdv_sm80
   float* s_rowvals = reinterpret_cast<float*>(smem + 6 * kTile);  // [stage][lse2 | dsum][kBM]
 
   // Step i: query head (group member i / m_per_head), query block m_begin + i % m_per_head.
-  auto load_step = [&](int i) {
+  auto load_step = [&](int64_t i) {
     const int stage = i & 1;
     const int64_t h = head_kv * f.group + i / m_per_head;
-    const int q0 = (m_begin + i % m_per_head) * kBM, rows = min(kBM, len_q - q0);
+    const int q0 = (m_begin + static_cast<int>(i % m_per_head)) * kBM, rows = min(kBM, len_q - q0);
     const int64_t row0 = seq.q_start + q0;
     const T* q = static_cast<const T*>(f.q) + batch * f.q_sb + h * f.q_sh + row0 * f.q_sl;
     const T* dout = static_cast<const T*>(p.dout) + batch * p.do_sb + h * p.do_sh + row0 * p.do_sl;
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads()) attention_bwd_dkdv_sm80
   float dk[1][kDk ? kDT : 1][4], dv[1][kDv ? kDT : 1][4];
   zero(dk), zero(dv);
 
-  for (int i = 0; i < steps; ++i) {
+  for (int64_t i = 0; i < steps; ++i) {
     cp_async_wait<0>();
     __syncthreads();  // step i's tiles and values are in; everyone is done with step i - 1's stage
     if (i + 1 < steps) load_step(i + 1);
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads()) attention_bwd_dkdv_sm80
     const uint32_t s_q = s_stages + stage * 2 * kTile, s_do = s_q + kTile;
     const float* lse2 = s_rowvals + stage * 2 * kBM;
     const float* dsum = lse2 + kBM;
-    const int q0 = (m_begin + i % m_per_head) * kBM;
+    const int q0 = (m_begin + static_cast<int>(i % m_per_head)) * kBM;
     float s[1][kN][4], dp[1][kN][4];
     if constexpr (kDk) gemm_qk<T, 1, kN, kD, kRB>(dp, s_v, a_lane, s_do, b_lane);  // dP^T = V dO^T
     gemm_qk<T, 1, kN, kD, kRB>(s, s_k, a_lane, s_q, b_lane);                       // S^T = K Q^T

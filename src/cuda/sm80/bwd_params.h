@@ -19,8 +19,9 @@ namespace tileattn::detail::sm80 {
 // - D = 256: dK and dV would take 256 registers, so they are computed in two passes (dV, then dK),
 //   each recomputing S^T.
 // - Shared memory, dK/dV kernel: K and V (the CTA's keys), 2 stages x {Q, dO} and 2 stages x
-//   {lse2, dsum}: 96 KB at D = 128 (rows stored as 128 elements), 2 CTAs an SM; 192 KB at D = 256.
-//   dQ kernel: Q and dO, 2 stages x {K, V}: 96 KB at D = 128.
+//   {lse2, dsum}: 97 KB at D = 128 (rows stored as 128 elements), 2 CTAs an SM on Hopper (one on
+//   an A100); 193 KB at D = 256, which needs Hopper's 227 KB (an A100 opts in to 163 KB, as for
+//   the forward's D = 256). dQ kernel: Q and dO, 2 stages x {K, V}: 96 KB at D = 128.
 struct BwdTiles {
   int head_dim;
   static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4;
