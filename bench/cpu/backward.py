@@ -42,6 +42,17 @@ def ours(q, k, v, causal):
     return tileattn.attention(q, k, v, causal=causal)
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
@@ -88,7 +99,7 @@ def main():
         result = dict(
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             commit=commit, dtype=args.dtype, reps=args.reps, torch=torch.__version__,
-            machine=dict(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads(),
+            machine=dict(cpu=cpu_model(), threads=torch.get_num_threads(),
                          cpu_isa=tileattn.cpu_isa()),
             timer="time.perf_counter around torch.autograd.grad, implementations interleaved call by call, median",
             ratio="sdpa time / tileattn time (> 1: tileattn faster)", rows=rows)
