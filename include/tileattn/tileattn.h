@@ -5,6 +5,7 @@
 #include "tileattn/backward.h"
 #include "tileattn/convert.h"
 #include "tileattn/error.h"
+#include "tileattn/kvcache.h"
 #include "tileattn/options.h"
 #include "tileattn/tensor.h"
 #include "tileattn/varlen.h"

@@ -17,6 +17,8 @@ std::string fstr(float x) {
   return buf;
 }
 
+}  // namespace
+
 std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, const char* layout) {
   if (t.rank < 0 || t.rank > kMaxRank)
     return Error(name, "rank " + str(t.rank) + " is outside 0.." + str(kMaxRank) + ", expected " + str(rank) +
@@ -49,6 +51,8 @@ std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, 
   return std::nullopt;
 }
 
+namespace {
+
 // The element span [lo, hi] (in bytes from data) the view touches; empty views touch nothing.
 struct Span {
   uintptr_t lo = 0, hi = 0;
@@ -65,6 +69,8 @@ Span span_of(const TensorRef& t) {
   s.empty = false;
   return s;
 }
+
+}  // namespace
 
 bool overlaps(const TensorRef& a, const TensorRef& b) {
   const Span x = span_of(a), y = span_of(b);
@@ -90,6 +96,8 @@ bool self_overlapping(const TensorRef& t) {
   }
   return false;
 }
+
+namespace {
 
 std::optional<Error> check_dim(const char* name, const TensorRef& t, int dim, const char* dim_name,
                                int64_t expected, const char* source) {

@@ -22,6 +22,12 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
                                  const TensorRef& out, const TensorRef* lse, const tileattn::Seqlens* seqlens,
                                  const Options& options, Entry entry, AttnParams* params);
 
+// A view's rank, sizes and strides (>= 0, extent within 2^60 elements, data for a nonempty view).
+std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, const char* layout);
+// Whether two views share memory (on one device); whether a view's elements alias each other.
+bool overlaps(const TensorRef& a, const TensorRef& b);
+bool self_overlapping(const TensorRef& t);
+
 // The index tensors of a varlen call, checked for shape, dtype and layout (validate_seqlens.cc).
 struct SeqlensView {
   Seqs seqs;  // their pointers, and the maxima (given, or -1 until the values are read)

@@ -46,6 +46,14 @@ struct AttnParams {
   // Normalized mask: -1 = unbounded. causal is window_right = 0 (and left as given).
   int64_t window_left = -1, window_right = -1;
 
+  // A KV cache's layout (forward_kvcache). With page_table, key/value position `pos` of sequence
+  // b is slot pos % page_size of page page_table[b * page_table_stride + pos / page_size] (and
+  // k_stride.b / v_stride.b are the page strides); else it is row pos of cache row kv_batch_idx[b]
+  // (null: b). Host pointers (the CPU kernel; the CUDA kernels take neither yet).
+  const int32_t* page_table = nullptr;
+  int64_t page_size = 0, page_table_stride = 0;
+  const int32_t* kv_batch_idx = nullptr;
+
   Rescale rescale = Rescale::kConditional;
   int num_threads = 0;
   void* cuda_stream = nullptr;
@@ -78,6 +86,15 @@ struct BackwardParams {
   DType grad_dtype = DType::kFloat32;  // dq, dk, dv (the oracle writes fp64)
   bool deterministic = false;
 };
+
+// The element offset of key (or value, with its strides) position `pos` of sequence b, KV head hk.
+inline int64_t kv_offset(const AttnParams& p, const Strides4& s, int64_t b, int64_t pos, int64_t hk) {
+  if (p.page_table != nullptr) {
+    const int64_t page = p.page_table[b * p.page_table_stride + pos / p.page_size];
+    return page * s.b + (pos % p.page_size) * s.l + hk * s.h;
+  }
+  return (p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b) * s.b + pos * s.l + hk * s.h;
+}
 
 // The address of element `offset` (in elements) of a buffer of the given dtype.
 inline const char* element_ptr(const void* base, DType dtype, int64_t offset) {

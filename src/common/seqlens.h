@@ -17,6 +17,8 @@ struct Seqs {
   const int32_t* cu_k = nullptr;
   const int32_t* used_q = nullptr;
   const int32_t* used_k = nullptr;
+  // KV cache left padding: sequence b's keys are positions [start_k[b], used_k[b]) (host only).
+  const int32_t* start_k = nullptr;
   int64_t max_q = 0, max_k = 0;  // dense: the tensors' lengths; varlen: the longest sequence
 
   TILEATTN_HD bool ragged_k() const { return cu_k != nullptr || used_k != nullptr; }
@@ -40,6 +42,10 @@ TILEATTN_HD SeqInfo seq_info(const Seqs& s, int64_t b) {
   }
   if (s.used_q) info.len_q = s.used_q[b];
   if (s.used_k) info.len_k = s.used_k[b];
+  if (s.start_k) {
+    info.k_start += s.start_k[b];
+    info.len_k -= s.start_k[b];
+  }
   return info;
 }
 

@@ -69,7 +69,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // or a single decode row does not pay for a full Br).
   const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Brp = round_up(rows, simd.width);
   const bool conditional = p.rescale == Rescale::kConditional;
-  const bool k_in_place = p.dtype == DType::kFloat32 && p.k_stride.d == 1;
+  const bool k_in_place = p.dtype == DType::kFloat32 && p.k_stride.d == 1 && p.page_table == nullptr;
   // With softcap the GEMM yields S / softcap and the log2 factor is applied after tanh.
   const float q_mul = p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_mul = p.softcap * kLog2e;
@@ -103,16 +103,15 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     const float* k_rows = ws.k.data();
     int64_t k_ld = D;
     if (k_in_place) {
-      k_rows = static_cast<const float*>(p.k) + b * p.k_stride.b + (seq.k_start + k0) * p.k_stride.l +
-               hk * p.k_stride.h;
+      k_rows = static_cast<const float*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk);
       k_ld = p.k_stride.l;
     }
     for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
       if (!k_in_place) {
-        const int64_t koff = b * p.k_stride.b + (seq.k_start + k0 + j) * p.k_stride.l + hk * p.k_stride.h;
+        const int64_t koff = kv_offset(p, p.k_stride, b, seq.k_start + k0 + j, hk);
         simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
       }
-      const int64_t voff = b * p.v_stride.b + (seq.k_start + k0 + j) * p.v_stride.l + hk * p.v_stride.h;
+      const int64_t voff = kv_offset(p, p.v_stride, b, seq.k_start + k0 + j, hk);
       simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]

@@ -27,10 +27,10 @@ void oracle(const AttnParams& p, int64_t first_row, int64_t last_row) {
       for (int64_t j = 0; j < Lk; ++j)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t row = seq.k_start + j;
-          k[j * D + d] = load_as_double(
-              p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h + d * p.k_stride.d);
-          v[j * D + d] = load_as_double(
-              p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h + d * p.v_stride.d);
+          k[j * D + d] =
+              load_as_double(p.k, p.dtype, kv_offset(p, p.k_stride, b, row, hk) + d * p.k_stride.d);
+          v[j * D + d] =
+              load_as_double(p.v, p.dtype, kv_offset(p, p.v_stride, b, row, hk) + d * p.v_stride.d);
         }
       const int64_t rows = row_end - row_begin, g = p.group_size();
 #pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
