@@ -58,7 +58,8 @@ void call_library(F&& f) {
   }
 }
 
-// The extension's backward functions (backward.cc).
+// The extension's backward functions (backward.cc) and KV-cache attention (kvcache.cc).
 void bind_backward(nb::module_& m);
+void bind_kvcache(nb::module_& m);
 
 }  // namespace tileattn::python

@@ -139,6 +139,7 @@ NB_MODULE(_C, m) {
       "Runs tileattn::combine: out_partial [S, B, L, H, D], lse_partial [S, B, H, L] (fp32) into out, lse.");
 
   tileattn::python::bind_backward(m);
+  tileattn::python::bind_kvcache(m);
 
   m.def(
       "version", [] { return std::string(tileattn::version()); }, "The library's version.");

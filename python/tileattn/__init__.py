@@ -12,6 +12,7 @@ CUDA GPU; the result is an array of q's kind on q's device. See :func:`attention
 from . import _C
 from ._api import attention, eager, flash_attn_func, reference
 from ._backward import attention_backward, attention_varlen_backward, eager_backward, reference_backward
+from ._kvcache import flash_attn_with_kvcache
 from ._varlen import attention_varlen, flash_attn_combine, flash_attn_varlen_func, reference_varlen
 
 __version__ = _C.version()
@@ -56,6 +57,7 @@ __all__ = [
     "reference_varlen",
     "flash_attn_varlen_func",
     "flash_attn_combine",
+    "flash_attn_with_kvcache",
     "attention_backward",
     "attention_varlen_backward",
     "reference_backward",
