@@ -4,36 +4,58 @@
     tileattn_hf.register()                     # once; needs transformers >= 4.48
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="tileattn")
 
-The model's attention layers then call :func:`tileattn.attention` (forward and backward, so the
-model trains), with its causal flag, scaling, softcap and sliding window. Batches without
-padding only: a padded batch raises NotImplementedError (pack it and call
-:func:`tileattn.flash_attn_varlen_func` instead).
+The model's attention layers then call tileattn (forward and backward, so the model trains),
+with its causal flag, scaling, softcap and sliding window. Unpadded batches go to
+:func:`tileattn.attention`; a padded batch (the 2-D attention mask transformers passes with
+flash-attention-style masking) is packed: its valid tokens become the sequences of
+:func:`tileattn.flash_attn_varlen_func` and the output is scattered back, zeros at padding. That
+covers training and prefill on padded batches and generation with transformers' cache (the
+keys of every past step plus the new ones, left padding included).
 """
 
+import torch
+
 import tileattn
+
+
+def _unpad(x, mask):
+    """x [B, L, H, D] and a [B, L] mask -> (rows [total, H, D], flat indices, cu_seqlens, longest)."""
+    lens = mask.sum(dim=1, dtype=torch.int32)
+    indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
+    cu = torch.nn.functional.pad(torch.cumsum(lens, dim=0, dtype=torch.int32), (1, 0))
+    rows = x.reshape(-1, *x.shape[2:]).index_select(0, indices)
+    return rows, indices, cu, int(lens.max()) if lens.numel() else 0
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                       softcap=None, sliding_window=None, **kwargs):
     """transformers' attention-function interface: query ``[batch, heads, seqlen_q, head_dim]``,
-    key and value ``[batch, kv_heads, seqlen_k, head_dim]``; returns ``(out [batch, seqlen_q,
-    heads, head_dim], None)``."""
-    if attention_mask is not None:
-        raise NotImplementedError(
-            "tileattn: this batch has padding (an attention mask); tileattn takes unpadded batches here. "
-            "Pack the sequences and call tileattn.flash_attn_varlen_func, or drop the padding"
-        )
+    key and value ``[batch, kv_heads, seqlen_k, head_dim]``, attention_mask None or the 2-D
+    ``[batch, seqlen_k]`` padding mask; returns ``(out [batch, seqlen_q, heads, head_dim], None)``."""
     if dropout:
         raise NotImplementedError(f"tileattn: dropout={dropout!r}; tileattn has no attention dropout")
     if kwargs.get("output_attentions"):
         raise NotImplementedError("tileattn: output_attentions=True; tileattn never forms the attention matrix")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     window = (-1, -1)
     if sliding_window is not None:  # the last `sliding_window` keys, the query's own included
-        window = (sliding_window - 1, -1 if not causal else 0)
+        window = (sliding_window - 1, 0 if causal else -1)
+    options = dict(causal=causal, softmax_scale=scaling, window_size=window, softcap=softcap or 0.0)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))
-    out = tileattn.attention(q, k, v, causal=bool(causal), scale=scaling, window=window, softcap=softcap or 0.0)
-    return out, None
+    if attention_mask is None:
+        return tileattn.flash_attn_func(q, k, v, **options), None
+    if attention_mask.dim() != 2:
+        raise NotImplementedError(
+            f"tileattn: a {attention_mask.dim()}-D attention mask; tileattn takes transformers' 2-D padding "
+            "mask (register() installs the mask function that makes it)")
+    mask_k = attention_mask[:, -k.shape[1]:].bool()
+    mask_q = mask_k[:, -q.shape[1]:]  # the queries are the last positions
+    q_rows, q_index, cu_q, max_q = _unpad(q, mask_q)
+    k_rows, _, cu_k, max_k = _unpad(k, mask_k)
+    v_rows = v.reshape(-1, *v.shape[2:]).index_select(0, torch.nonzero(mask_k.flatten()).flatten())
+    rows = tileattn.flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    out = rows.new_zeros(q.shape[0] * q.shape[1], *rows.shape[1:]).index_copy(0, q_index, rows)
+    return out.reshape(q.shape[0], q.shape[1], *rows.shape[1:]), None
 
 
 def register(name="tileattn"):
@@ -42,5 +64,5 @@ def register(name="tileattn"):
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
     AttentionInterface.register(name, attention_forward)
-    # Like flash-attn: no mask for an unpadded batch (the causal flag does the masking).
+    # Like flash-attn: no mask for an unpadded batch, the 2-D padding mask otherwise.
     AttentionMaskInterface.register(name, flash_attention_mask)
