@@ -17,6 +17,8 @@
 #include "common/online_softmax.h"
 #include "common/partial.h"
 #include "cpu/combine.h"
+#include "cpu/cpu_decode.h"
+#include "cpu/sink.h"
 #include "cpu/tile_config.h"
 #include "dispatch/splits.h"
 #include "simd/simd.h"
@@ -49,14 +51,6 @@ struct Workspace {
         base(brp),
         sum(brp),
         state(br) {}
-};
-
-// Where a tile's results go: the output (and LSE) of the problem, or with split-KV the fp32
-// partial state of one split (common/combine.h's layout).
-struct Sink {
-  float* o_part = nullptr;  // null: p.out and p.lse
-  float* lse_part = nullptr;
-  int64_t o_sb = 0, o_sl = 0, o_sh = 0, l_sb = 0, l_sh = 0;  // strides of one split's slice
 };
 
 // Rows [q0, q1) of sequence `seq` (batch b), head h, against this split's key blocks.
@@ -155,26 +149,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     }
   }
 
-  for (int64_t r = 0; r < rows; ++r) {
-    const SoftmaxRow& state = ws.state[r];
-    const int64_t row = seq.q_start + q0 + r;
-    float* o_row = ws.o.data() + r * Dp;
-    if (state.l == 0.0f) std::fill_n(o_row, D, 0.0f);  // saw no key: exactly 0, whatever V holds
-    if (sink.o_part) {  // this split's partial state: O / l in fp32 and the LSE
-      const int64_t pb = p.seqs.varlen_q() ? 0 : b;
-      simd.store(o_row, state.inv_l(), sink.o_part + pb * sink.o_sb + row * sink.o_sl + h * sink.o_sh,
-                 DType::kFloat32, 1, D);
-      sink.lse_part[pb * sink.l_sb + h * sink.l_sh + row] = state.lse();
-      continue;
-    }
-    const int64_t off = b * p.out_stride.b + row * p.out_stride.l + h * p.out_stride.h;
-    simd.store(o_row, state.inv_l(), const_cast<char*>(element_ptr(p.out, p.out_dtype, off)), p.out_dtype,
-               p.out_stride.d, D);
-    if (p.lse) {
-      const int64_t loff = b * p.lse_stride.b + h * p.lse_stride.h + row * p.lse_stride.l;
-      static_cast<float*>(p.lse)[loff] = state.lse();
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    store_row(p, simd, sink, b, h, seq.q_start + q0 + r, ws.state[r], ws.o.data() + r * Dp);
 }
 
 template <class Mask>
@@ -202,6 +178,37 @@ void run(const AttnParams& p) {
     sink = Sink{nullptr, nullptr, PL * Hq * D, Hq * D, D, Hq * PL, PL};  // partial.h's layout, one split
   }
 
+  const auto split_sink = [&](int split) {
+    Sink s = sink;
+    if (splits > 1) {
+      s.o_part = o_part.data() + split * PB * PL * Hq * D;
+      s.lse_part = lse_part.data() + split * PB * Hq * PL;
+    }
+    return s;
+  };
+
+  if (p.seqlen_q <= kFewRows) {
+    // Decoding: items of whole sequences over runs of KV heads (cpu_decode.h), enough runs per
+    // batch entry and split to give every thread 4 items.
+    int64_t runs =
+        std::clamp<int64_t>((4 * threads + p.batch * splits - 1) / (p.batch * splits), 1, p.heads_kv);
+    runs = std::max(runs, (p.heads_kv + 31) / 32);  // at most 32 KV heads an item (cpu_decode.h)
+    const int64_t per_run = (p.heads_kv + runs - 1) / runs;
+#pragma omp parallel num_threads(threads)
+    {
+      DecodeWorkspace ws(per_run, per_run * p.group_size() * kFewRows, D, Dp);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t item = 0; item < p.batch * runs * splits; ++item) {
+        const int split = static_cast<int>(item % splits);
+        const int64_t run_index = item / splits % runs, b = item / splits / runs;
+        const int64_t hk0 = run_index * per_run, hk1 = std::min(p.heads_kv, hk0 + per_run);
+        if (hk0 < hk1) decode_item(p, simd, b, hk0, hk1, split, splits, split_sink(split), ws);
+      }
+    }
+    if (splits > 1) cpu::combine(partial_combine(p, o_part.data(), lse_part.data(), splits));
+    return;
+  }
+
 #pragma omp parallel num_threads(threads)
   {
     Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);
@@ -216,12 +223,7 @@ void run(const AttnParams& p) {
       const int64_t q0 = qt * tile.block_q, q1 = std::min(seq.len_q, q0 + tile.block_q);
       if (q0 >= q1) continue;  // past this sequence's rows
       const Mask mask = Mask::make(seq.len_q, seq.len_k, p.window_left, p.window_right);
-      Sink s = sink;
-      if (splits > 1) {
-        s.o_part = o_part.data() + split * PB * PL * Hq * D;
-        s.lse_part = lse_part.data() + split * PB * Hq * PL;
-      }
-      run_tile(p, mask, simd, tile, b, bh % p.heads_q, q0, q1, seq, split, splits, s, ws);
+      run_tile(p, mask, simd, tile, b, bh % p.heads_q, q0, q1, seq, split, splits, split_sink(split), ws);
     }
   }
   if (splits > 1) cpu::combine(partial_combine(p, o_part.data(), lse_part.data(), splits));

@@ -17,6 +17,14 @@ struct SimdKernels {
   // must hold N floats. accumulate = false overwrites C.
   void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B,
                int64_t ldb, float* C, int64_t ldc, bool accumulate);
+  // out[j * out_stride] = sum over d < D of A[j * lda + d] * x[d], for j < n (decoding's scores)
+  void (*dots)(const float* A, int64_t lda, int64_t n, const float* x, int64_t D, float* out,
+               int64_t out_stride);
+  // dots of bf16 rows (D a multiple of width), out contiguous; and o[D] += sum over j < n of
+  // w[j] V[j] for bf16 rows V[j] (D a multiple of width, at most 32 widths): decoding reads bf16
+  // K and V where they lie, widening in registers.
+  void (*dots_bf16)(const uint16_t* A, int64_t lda, int64_t n, const float* x, int64_t D, float* out);
+  void (*gemv_bf16)(int64_t n, const float* w, const uint16_t* V, int64_t ldv, float* o, int64_t D);
   // Column-wise versions for a block stored [rows][ld] with n columns (n a multiple of width):
   // out[c] = max over r of x[r][c], NaN dropped (-inf when rows == 0)
   void (*col_max)(const float* x, int64_t rows, int64_t ld, int64_t n, float* out);
