@@ -32,12 +32,26 @@ SHAPES = [  # name, B, Hq, Hkv, Lq, Lk, D, dtype, causal
 ]
 
 
+def copy_gbps(reps=5):
+    """This machine's copy bandwidth: bytes read + written by torch's copy of 1 GiB, GB/s."""
+    src = torch.ones(1 << 28)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / statistics.median(times) / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     rows = []
+    copy = copy_gbps()
+    print(f"copy bandwidth {copy:.1f} GB/s (read + write)", flush=True)
     for name, B, hq, hkv, lq, lk, d, dtype, causal in SHAPES:
         g = torch.Generator().manual_seed(0)
         dt = getattr(torch, dtype)
@@ -68,13 +82,15 @@ def main():
         rows.append(row)
         unit = "GB/s" if lq == 1 else "GFLOP/s"
         key = "kv_gbps" if lq == 1 else "gflops"
+        if lq == 1:
+            row["tileattn"]["fraction_of_copy"] = row["tileattn"]["kv_gbps"] / copy
         print(f"{name:28s} {dtype:9s} {'causal' if causal else 'full  '}  tileattn {row['tileattn'][key]:7.1f}"
               f"  sdpa {row['sdpa'][key]:7.1f} {unit}  ratio {row['ratio']:.2f}", flush=True)
     if args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.out, "w") as f:
             json.dump(dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                           commit=commit, torch=torch.__version__, reps=args.reps,
+                           commit=commit, torch=torch.__version__, reps=args.reps, copy_gbps=copy,
                            machine=dict(cpu=cpu_model(), threads=torch.get_num_threads(), cpu_isa=tileattn.cpu_isa()),
                            timer="time.perf_counter around each call, the two libraries alternating, median",
                            ratio="sdpa time / tileattn time (> 1: tileattn faster)", rows=rows), f, indent=1)
