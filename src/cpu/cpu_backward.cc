@@ -14,6 +14,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/convert.h"
 #include "common/mask.h"
 #include "common/online_softmax.h"
 #include "simd/simd.h"
@@ -28,6 +29,10 @@ struct Workspace {
   std::vector<float> q, dout, dq;         // a row block: [Br][Dp]
   std::vector<float> s, prob, ds;         // [Br][Bc]
   std::vector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
+  // The bf16 GEMMs' operands as words of two bf16 (simd gemm_bf16): K^T, V^T pairs along d
+  // [D/2][Lkp]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
+  // [Br/2][Dp]; dS pairs along keys [Br][Bc/2]; dS, P pairs along rows [Br/2][Bc].
+  std::vector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
 
   void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
     kf.assign(lk * dp, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);
@@ -36,6 +41,14 @@ struct Workspace {
     s.assign(kBlockQ * kBlockK, 0.0f), prob.assign(kBlockQ * kBlockK, 0.0f),
         ds.assign(kBlockQ * kBlockK, 0.0f);
     lse2.assign(kBlockQ, 0.0f), delta.assign(kBlockQ, 0.0f), row.assign(dp, 0.0f);
+  }
+  void reserve_bf16(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
+    const int64_t d2 = (d + 1) / 2;
+    ktw.assign(d2 * lkp, 0), vtw.assign(d2 * lkp, 0), kw.assign((lk + 1) / 2 * dp, 0);
+    qw.assign(kBlockQ * d2, 0), dow.assign(kBlockQ * d2, 0), qpw.assign(kBlockQ / 2 * dp, 0);
+    dopw.assign(kBlockQ / 2 * dp, 0), dsw.assign(kBlockQ * kBlockK / 2, 0),
+        dstw.assign(kBlockK * kBlockQ / 2, 0);
+    ptw.assign(kBlockK * kBlockQ / 2, 0);
   }
 };
 
@@ -66,6 +79,20 @@ void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, 
   std::fill(ds, ds + lo, 0.0f), std::fill(ds + hi, ds + kBlockK, 0.0f);
 }
 
+// The bf16 pair rows of `rows` rows of x ([rows][ld] floats, n columns): row p of dst (ld_dst
+// words) pairs rows 2p and 2p + 1 (the last alone when rows is odd).
+void pack_row_pairs(const SimdKernels& simd, const float* x, int64_t ld, int64_t rows, int64_t n,
+                    uint32_t* dst, int64_t ld_dst) {
+  for (int64_t p = 0; 2 * p < rows; ++p)
+    simd.pack_bf16(x + 2 * p * ld, 2 * p + 1 < rows ? x + (2 * p + 1) * ld : nullptr, n, dst + p * ld_dst);
+}
+
+// Each row of x paired along its columns: dst row r (ld_dst words) = (x[r][2c], x[r][2c + 1]).
+void pack_col_pairs(const SimdKernels& simd, const float* x, int64_t ld, int64_t rows, int64_t n_pairs,
+                    uint32_t* dst, int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r) simd.pack_bf16_pairs(x + r * ld, n_pairs, dst + r * ld_dst);
+}
+
 template <class Mask>
 void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, int64_t hk, Workspace& ws) {
   const AttnParams& p = bp.fwd;
@@ -82,6 +109,16 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
     simd.load(element_ptr(p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h), p.dtype,
               p.v_stride.d, ws.row.data(), D, 1.0f);
     for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dp + d], ws.vt[d * Lkp + j] = ws.row[d];
+  }
+  // bf16 inputs on a CPU with AVX512-BF16: the GEMMs of whole blocks on bf16 pairs (K, V, Q and
+  // dO are exact in bf16; P and dS are rounded to it, as eager autograd rounds them).
+  const bool bf16 = p.dtype == DType::kBFloat16 && simd.gemm_bf16 != nullptr;
+  const int64_t D2 = (D + 1) / 2, Bc2 = kBlockK / 2;
+  if (bf16) {
+    ws.reserve_bf16(Lk, Lkp, D, Dp);
+    pack_row_pairs(simd, ws.kt.data(), Lkp, D, Lkp, ws.ktw.data(), Lkp);  // K^T [D/2][Lkp]
+    pack_row_pairs(simd, ws.vt.data(), Lkp, D, Lkp, ws.vtw.data(), Lkp);  // V^T [D/2][Lkp]
+    pack_row_pairs(simd, ws.kf.data(), Dp, Lk, Dp, ws.kw.data(), Dp);     // K [Lk/2][Dp]
   }
   const auto store_rows = [&](void* base, const Strides4& st, int64_t row0, int64_t h, const float* src,
                               int64_t n, float mul) {
@@ -116,14 +153,29 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
             static_cast<const float*>(p.lse)[b * p.lse_stride.b + h * p.lse_stride.h + row * p.lse_stride.l] *
             kLog2e;
       }
+      if (bf16) {
+        pack_col_pairs(simd, ws.q.data(), Dp, rows, D2, ws.qw.data(), D2);
+        pack_col_pairs(simd, ws.dout.data(), Dp, rows, D2, ws.dow.data(), D2);
+        pack_row_pairs(simd, ws.q.data(), Dp, rows, Dp, ws.qpw.data(), Dp);
+        pack_row_pairs(simd, ws.dout.data(), Dp, rows, Dp, ws.dopw.data(), Dp);
+      }
+      const int64_t rows2 = (rows + 1) / 2;
       int64_t n_begin, n_end;
       key_block_range(mask, i0, i0 + rows, kBlockK, &n_begin, &n_end);
       for (int64_t n = n_begin; n < n_end; ++n) {
         const int64_t k0 = n * kBlockK, kn = std::min(kBlockK, Lk - k0), knp = round_up(kn, W);
         const bool visible = block_fully_visible(mask, i0, i0 + rows, k0, k0 + kn);
         // S = Q K^T, P from the LSE, dP = dO V^T, dS.
-        simd.gemm(rows, knp, D, ws.q.data(), Dp, 1, ws.kt.data() + k0, Lkp, ws.s.data(), kBlockK, false);
-        simd.gemm(rows, knp, D, ws.dout.data(), Dp, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), kBlockK, false);
+        if (bf16) {
+          simd.gemm_bf16(rows, knp, D2, ws.qw.data(), D2, 1, ws.ktw.data() + k0, Lkp, ws.s.data(), kBlockK,
+                         false);
+          simd.gemm_bf16(rows, knp, D2, ws.dow.data(), D2, 1, ws.vtw.data() + k0, Lkp, ws.ds.data(), kBlockK,
+                         false);
+        } else {
+          simd.gemm(rows, knp, D, ws.q.data(), Dp, 1, ws.kt.data() + k0, Lkp, ws.s.data(), kBlockK, false);
+          simd.gemm(rows, knp, D, ws.dout.data(), Dp, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), kBlockK,
+                    false);
+        }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0);
           const int64_t hi = std::min(kn, mask.hi(i0 + r) - k0);
@@ -132,6 +184,19 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
         }
         // dQ += dS K, dK += dS^T Q, dV += P^T dO: whole blocks when every row sees every key,
         // else each row (each key) over the span it sees, so a hidden NaN reaches no gradient.
+        if (visible && bf16) {
+          const int64_t kn2 = (kn + 1) / 2;
+          pack_col_pairs(simd, ws.ds.data(), kBlockK, rows, kn2, ws.dsw.data(), Bc2);
+          pack_row_pairs(simd, ws.ds.data(), kBlockK, rows, kBlockK, ws.dstw.data(), kBlockK);   // [Br/2][Bc]
+          pack_row_pairs(simd, ws.prob.data(), kBlockK, rows, kBlockK, ws.ptw.data(), kBlockK);  // [Br/2][Bc]
+          simd.gemm_bf16(rows, Dp, kn2, ws.dsw.data(), Bc2, 1, &ws.kw[k0 / 2 * Dp], Dp, ws.dq.data(), Dp,
+                         true);
+          simd.gemm_bf16(kn, Dp, rows2, ws.dstw.data(), 1, kBlockK, ws.qpw.data(), Dp, &ws.dk[k0 * Dp], Dp,
+                         true);
+          simd.gemm_bf16(kn, Dp, rows2, ws.ptw.data(), 1, kBlockK, ws.dopw.data(), Dp, &ws.dv[k0 * Dp], Dp,
+                         true);
+          continue;
+        }
         if (visible) {
           simd.gemm(rows, Dp, kn, ws.ds.data(), kBlockK, 1, &ws.kf[k0 * Dp], Dp, ws.dq.data(), Dp, true);
           simd.gemm(kn, Dp, rows, ws.ds.data(), 1, kBlockK, ws.q.data(), Dp, &ws.dk[k0 * Dp], Dp, true);

@@ -11,6 +11,12 @@ extern const SimdKernels kKernels;
 namespace avx2 {
 extern const SimdKernels kKernels;
 }
+#if defined(TILEATTN_GEMM_BF16)
+namespace avx512bf16 {
+void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
+               const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+}
+#endif
 namespace generic {
 extern const SimdKernels kKernels;
 }
@@ -20,6 +26,9 @@ namespace {
 bool cpu_has(const char* isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+#if defined(TILEATTN_GEMM_BF16)
+  if (!std::strcmp(isa, "avx512bf16")) return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
+#endif
   if (!std::strcmp(isa, "avx512"))
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -32,7 +41,7 @@ bool cpu_has(const char* isa) {
 
 const SimdKernels& pick() {
   // Best first; TILEATTN_CPU_ISA names the best level allowed (an unknown name allows all).
-  const char* levels[] = {"avx512", "avx2", "generic"};
+  const char* levels[] = {"avx512bf16", "avx512", "avx2", "generic"};
   const char* cap = std::getenv("TILEATTN_CPU_ISA");
   bool allowed = true;
   if (cap)
@@ -49,6 +58,17 @@ const SimdKernels& pick() {
 
 const SimdKernels* simd_for(const char* isa) {
   if (!cpu_has(isa)) return nullptr;
+#if defined(TILEATTN_GEMM_BF16)
+  if (!std::strcmp(isa, "avx512bf16")) {  // avx512's table with the bf16 GEMM
+    static const SimdKernels k = [] {
+      SimdKernels t = avx512::kKernels;
+      t.isa = "avx512bf16";
+      t.gemm_bf16 = &avx512bf16::gemm_bf16;
+      return t;
+    }();
+    return &k;
+  }
+#endif
   if (!std::strcmp(isa, "avx512")) return &avx512::kKernels;
   if (!std::strcmp(isa, "avx2")) return &avx2::kKernels;
   if (!std::strcmp(isa, "generic")) return &generic::kKernels;

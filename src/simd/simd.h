@@ -9,7 +9,7 @@
 namespace tileattn::detail {
 
 struct SimdKernels {
-  const char* isa;  // "avx512", "avx2", "generic"
+  const char* isa;  // "avx512bf16", "avx512", "avx2", "generic"
   int width;        // floats per vector: buffers' row lengths are padded to a multiple of it
 
   // C[M x N] (+)= A[M x K] * B[K x N] in fp32; A(i, k) = A[i * rsa + k * csa] (so A may be
@@ -40,9 +40,18 @@ struct SimdKernels {
   void (*load)(const void* src, DType dtype, int64_t stride, float* dst, int64_t n, float mul);
   // dst[i * stride] = round(src[i] * mul) for i < n, to fp32, fp16 or bf16
   void (*store)(const float* src, float mul, void* dst, DType dtype, int64_t stride, int64_t n);
+  // The bf16 GEMM's operands, rounded to nearest even (NaN kept): dst[i] = the pair (a[i], b[i])
+  // (b null: 0) for i < n; and dst[p] = the pair (x[2p], x[2p + 1]) for p < n_pairs.
+  void (*pack_bf16)(const float* a, const float* b, int64_t n, uint32_t* dst);
+  void (*pack_bf16_pairs)(const float* x, int64_t n_pairs, uint32_t* dst);
+  // gemm over bf16 pairs, where the CPU has AVX512-BF16 (null elsewhere): K2 pairs of k;
+  // A(i, kp) is the word A[i * rsa + kp * csa] holding (A(i, 2 kp), A(i, 2 kp + 1)) (low half
+  // first), B [K2][ldb] words holding (B(2 kp, n), B(2 kp + 1, n)); N a multiple of 16.
+  void (*gemm_bf16)(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
+                    const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) = nullptr;
 };
 
-// The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512 caps it (for tests).
+// The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512|avx512bf16 caps it (tests).
 const SimdKernels& simd();
 const SimdKernels* simd_for(const char* isa);  // null when this CPU cannot run it
 
