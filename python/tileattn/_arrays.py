@@ -39,6 +39,8 @@ def kind_of(x, name):
     """'numpy', 'torch', 'cupy' or 'dlpack' (any other producer); TypeError for non-arrays."""
     if isinstance(x, np.ndarray):
         return "numpy"
+    if _module_root(x) == "torch" and hasattr(x, "data_ptr"):  # before sys.modules: torch.compile traces this function
+        return "torch"
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
