@@ -48,11 +48,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default="")
+    ap.add_argument("--only", default="", help="run only the shapes whose name contains this")
     args = ap.parse_args()
     rows = []
     copy = copy_gbps()
     print(f"copy bandwidth {copy:.1f} GB/s (read + write)", flush=True)
     for name, B, hq, hkv, lq, lk, d, dtype, causal in SHAPES:
+        if args.only not in name:
+            continue
         g = torch.Generator().manual_seed(0)
         dt = getattr(torch, dtype)
         q = torch.randn(B, lq, hq, d, generator=g).to(dt)

@@ -1,0 +1,109 @@
+"""A transformers Llama on tileattn beside its sdpa path, on one GPU: prefill, decode, agreement.
+
+A random-weight Llama (hidden 2048, 8 layers, 32 query / 8 KV heads of 64, bf16) built from
+`transformers.LlamaConfig` (no download), once with attn_implementation="tileattn" and once with
+"sdpa", the same weights:
+  prefill   the model's forward over B x L tokens (no cache), by the one timer (timer.py)
+  decode    ms per generated token: (generate(N + 1 tokens) - generate(1 token)) / N, greedy,
+            after a P-token prompt, median of a few runs (torch.cuda.synchronize around each)
+  agree     on a padded batch (right and left padding): the largest logit difference between
+            the two paths, and how many greedy tokens agree
+    python bench/gpu/transformers_bench.py --out transformers.json
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+
+import tileattn.integrations.transformers as tileattn_hf
+import timer as timers
+
+
+def model(impl, args):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                                      num_hidden_layers=args.layers, num_attention_heads=32, num_key_value_heads=8,
+                                      max_position_embeddings=8192, pad_token_id=0)
+    config._attn_implementation = impl
+    return transformers.LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+def generate_ms(m, prompt, mask, new_tokens):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = m.generate(input_ids=prompt, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                     do_sample=False, pad_token_id=0)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--prefill", default="4x2048,1x8192")
+    ap.add_argument("--decode", default="1x1024,8x1024,32x512")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    tileattn_hf.register()
+    timer = timers.Timer(20, 3)
+    models = {impl: model(impl, args) for impl in ("tileattn", "sdpa")}
+    models["tileattn"].load_state_dict(models["sdpa"].state_dict())
+    rows = []
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for shape in args.prefill.split(","):
+            B, L = (int(x) for x in shape.split("x"))
+            ids = torch.randint(1, 32000, (B, L), generator=g).cuda()
+            row = dict(kind="prefill", B=B, L=L)
+            for impl, m in models.items():
+                row[impl + "_ms"] = timer.time(lambda: m(input_ids=ids).logits)["ms"]
+            rows.append(row)
+            print(f"prefill {B}x{L}: tileattn {row['tileattn_ms']:.2f} ms  sdpa {row['sdpa_ms']:.2f} ms  "
+                  f"ratio {row['sdpa_ms'] / row['tileattn_ms']:.2f}", flush=True)
+        for shape in args.decode.split(","):
+            B, P = (int(x) for x in shape.split("x"))
+            ids = torch.randint(1, 32000, (B, P), generator=g).cuda()
+            mask = torch.ones_like(ids)
+            row = dict(kind="decode", B=B, prompt=P, new_tokens=args.new_tokens)
+            for impl, m in models.items():
+                generate_ms(m, ids, mask, 2)  # warm-up
+                per = []
+                for _ in range(args.runs):
+                    one, _ = generate_ms(m, ids, mask, 1)
+                    many, _ = generate_ms(m, ids, mask, args.new_tokens + 1)
+                    per.append((many - one) / args.new_tokens)
+                row[impl + "_ms_per_token"] = statistics.median(per)
+            rows.append(row)
+            print(f"decode B{B} prompt {P}: tileattn {row['tileattn_ms_per_token']:.2f} ms/token  sdpa "
+                  f"{row['sdpa_ms_per_token']:.2f}  ratio {row['sdpa_ms_per_token'] / row['tileattn_ms_per_token']:.2f}",
+                  flush=True)
+        # Agreement on a padded batch: right padding on row 1, left padding on row 2.
+        ids = torch.randint(1, 32000, (3, 300), generator=g).cuda()
+        mask = torch.ones_like(ids)
+        mask[1, 200:] = 0
+        mask[2, :120] = 0
+        ids = ids.masked_fill(mask == 0, 0)
+        logits = {impl: m(input_ids=ids, attention_mask=mask).logits.float() for impl, m in models.items()}
+        valid = mask.bool()
+        diff = (logits["tileattn"] - logits["sdpa"]).abs()[valid].max().item()
+        scale = logits["sdpa"][valid].abs().max().item()
+        left = ids[[0, 2]], mask[[0, 2]]  # generation with left padding (row 0 unpadded)
+        gen = {impl: generate_ms(m, left[0], left[1], 32)[1][:, left[0].shape[1]:] for impl, m in models.items()}
+        agree = (gen["tileattn"] == gen["sdpa"]).float().mean().item()
+        rows.append(dict(kind="agree", max_logit_diff=diff, max_logit=scale, greedy_token_agreement=agree))
+        print(f"padded batch: max |logit diff| {diff:.4f} (logits up to {scale:.2f}); greedy tokens agree {agree:.3f}")
+    if args.out:
+        meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, transformers=transformers.__version__,
+                    timer=timers.describe(20, 3) + "; decode: perf_counter around generate()", layers=args.layers)
+        with open(args.out, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
