@@ -15,6 +15,8 @@
 #             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward);
 #             plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
+#   transformers  transformers_bench.py: a Llama on tileattn beside sdpa (prefill, decode ms per
+#             token, padded-batch agreement), transformers.json
 # Stages run in the order given (default: build test sanitize python bench traffic). With
 # DEADLINE=S, a stage that would start after S seconds is skipped (a time-boxed run). Everything goes to OUTDIR: logs.txt (every step's output),
 # gpu_bench.json, gpu_traffic.json, gpu_tflops.png, gpu_traffic.png, summary.txt; the summary
@@ -22,7 +24,7 @@
 set -u
 OUT=${1:?usage: run.sh OUTDIR [build test sanitize python bench]}
 shift
-stages=${*:-build test sanitize python bench traffic}
+stages=${*:-build test sanitize python bench traffic transformers}
 DEADLINE=${DEADLINE:-100000}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -121,6 +123,11 @@ run_bench() {
   step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
     --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward}" --tileattn-cli "$BUILD/tools/tileattn"
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
+}
+run_transformers() {
+  run_install
+  step transformers 420 python3 "$ROOT/bench/gpu/transformers_bench.py" --out "$OUT/transformers.json"
+  grep -E "^(prefill|decode|padded)" "$LOG" | tail -8 >>"$SUMMARY"
 }
 run_traffic() {
   step traffic 240 python3 "$ROOT/bench/gpu/traffic.py" "$BUILD/tools/tileattn" "$OUT/gpu_traffic.json"
