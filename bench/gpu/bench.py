@@ -19,6 +19,9 @@ Suites (--suites):
             sequences.
   backward  the forward sweep's shapes through torch autograd: the backward alone and forward +
             backward, beside SDPA's backends (bench/gpu/backward.py).
+  kvcache   a decoding step through flash_attn_with_kvcache: contiguous and paged caches
+            (pages of 16, 64, 256), and the step with its appended token and rotary
+            (bench/gpu/kvcache.py).
 Writes JSON (--out) and prints tables last, with ratios to SDPA's backends.
 """
 import argparse
@@ -39,6 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import backward as backward_bench
+import kvcache as kvcache_bench
 import timer as timers
 import tileattn
 
@@ -347,6 +351,10 @@ def backward_suite(args, timer):
     return backward_bench.backward_suite(args, timer, release_memory)
 
 
+def kvcache_suite(args, timer):
+    return kvcache_bench.kvcache_suite(args, timer, DECODE_SHAPES, release_memory)
+
+
 def copy_bandwidth(timer):
     """The device's copy ceiling: bytes read + written by a 4 GiB device-to-device copy, in TB/s."""
     src = torch.empty(1 << 31, dtype=torch.int16, device="cuda")
@@ -393,6 +401,7 @@ def print_tables(rows, copy_tbps):
                   f"(graph {r['graph_tflops']:6.1f}), dense kernel on the same sequences {dense['tflops']:6.1f}: "
                   f"{r['tflops'] / dense['tflops']:.3f}x")
     backward_bench.print_table(rows, SHORT)
+    kvcache_bench.print_table(rows)
     over = [r for r in rows if r["suite"] == "overhead"]
     if over:
         print("\noverhead (B=1 L=128 H=8 D=64): us per call")
@@ -406,7 +415,7 @@ def print_tables(rows, copy_tbps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suites", default="gap,forward,decode,varlen,overhead,backward")
+    ap.add_argument("--suites", default="gap,forward,decode,varlen,overhead,backward,kvcache")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)

@@ -12,7 +12,7 @@
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
-#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward);
+#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward,kvcache);
 #             plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
 #   transformers  transformers_bench.py: a Llama on tileattn beside sdpa (prefill, decode ms per
@@ -121,7 +121,7 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
 run_bench() {
   run_install
   step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
-    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward}" --tileattn-cli "$BUILD/tools/tileattn"
+    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward,kvcache}" --tileattn-cli "$BUILD/tools/tileattn"
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
 }
 run_transformers() {
