@@ -49,10 +49,12 @@ struct AttnParams {
   // A KV cache's layout (forward_kvcache). With page_table, key/value position `pos` of sequence
   // b is slot pos % page_size of page page_table[b * page_table_stride + pos / page_size] (and
   // k_stride.b / v_stride.b are the page strides); else it is row pos of cache row kv_batch_idx[b]
-  // (null: b). Host pointers (the CPU kernel; the CUDA kernels take neither yet).
+  // (null: b). In the memory the kernel runs on (host for the CPU, device for CUDA). kv_cache marks
+  // a forward_kvcache problem (CUDA: the sm80 kernel runs it; sm90's TMA maps address whole tensors).
   const int32_t* page_table = nullptr;
   int64_t page_size = 0, page_table_stride = 0;
   const int32_t* kv_batch_idx = nullptr;
+  bool kv_cache = false;
 
   Rescale rescale = Rescale::kConditional;
   int num_threads = 0;
@@ -87,13 +89,20 @@ struct BackwardParams {
   bool deterministic = false;
 };
 
-// The element offset of key (or value, with its strides) position `pos` of sequence b, KV head hk.
-inline int64_t kv_offset(const AttnParams& p, const Strides4& s, int64_t b, int64_t pos, int64_t hk) {
-  if (p.page_table != nullptr) {
-    const int64_t page = p.page_table[b * p.page_table_stride + pos / p.page_size];
-    return page * s.b + (pos % p.page_size) * s.l + hk * s.h;
+// The element offset of key (or value, with its strides) position `pos` of sequence b, KV head
+// hk, in a cache laid out as AttnParams describes it (host and device code alike).
+TILEATTN_HD int64_t cache_offset(const int32_t* page_table, int64_t page_size, int64_t page_table_stride,
+                                 const int32_t* kv_batch_idx, const Strides4& s, int64_t b, int64_t pos,
+                                 int64_t hk) {
+  if (page_table != nullptr) {
+    const int64_t page = page_table[b * page_table_stride + pos / page_size];
+    return page * s.b + (pos % page_size) * s.l + hk * s.h;
   }
-  return (p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b) * s.b + pos * s.l + hk * s.h;
+  return (kv_batch_idx != nullptr ? kv_batch_idx[b] : b) * s.b + pos * s.l + hk * s.h;
+}
+
+inline int64_t kv_offset(const AttnParams& p, const Strides4& s, int64_t b, int64_t pos, int64_t hk) {
+  return cache_offset(p.page_table, p.page_size, p.page_table_stride, p.kv_batch_idx, s, b, pos, hk);
 }
 
 // The address of element `offset` (in elements) of a buffer of the given dtype.

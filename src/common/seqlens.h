@@ -17,7 +17,7 @@ struct Seqs {
   const int32_t* cu_k = nullptr;
   const int32_t* used_q = nullptr;
   const int32_t* used_k = nullptr;
-  // KV cache left padding: sequence b's keys are positions [start_k[b], used_k[b]) (host only).
+  // KV cache left padding: sequence b's keys are positions [start_k[b], used_k[b]).
   const int32_t* start_k = nullptr;
   int64_t max_q = 0, max_k = 0;  // dense: the tensors' lengths; varlen: the longest sequence
 
