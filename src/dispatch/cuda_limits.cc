@@ -15,6 +15,9 @@ std::string str(int64_t x) { return std::to_string(x); }
 // compiled configs), nonempty sequences and nonzero strides (TMA maps; a packed varlen tensor's
 // batch stride is not used).
 std::string sm90_rejects(const AttnParams& p) {
+  // A KV cache's rows are found through a page table or cache_batch_idx, which TMA tensor maps
+  // (one box of one tensor) do not express: forward_kvcache runs on the sm80 kernel.
+  if (p.kv_cache) return "a KV cache (forward_kvcache) runs on the sm80 kernel, not sm90's TMA maps";
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";

@@ -36,9 +36,9 @@ void time_one(void* q, void* k, void* v, void* o, float* lse, int64_t B, int64_t
   p.num_splits = 1;
   auto run = [&] {
     if (causal)
-      launch<Cfg, __nv_bfloat16, WindowMask>(p);
+      launch<Cfg, __nv_bfloat16, WindowMask, false>(p);
     else
-      launch<Cfg, __nv_bfloat16, NoMask>(p);
+      launch<Cfg, __nv_bfloat16, NoMask, false>(p);
   };
   for (int i = 0; i < 3; ++i) run();
   cudaEvent_t a, b;

@@ -44,6 +44,13 @@ struct KernelParams {
   float* o_part;
   float* lse_part;
   int64_t op_ss, op_sb, op_sl, op_sh, lp_ss, lp_sb, lp_sh;
+  // A KV cache (forward_kvcache; sm80 only): with page_table, key position pos of sequence b is
+  // slot pos % page_size of page page_table[b * page_table_stride + pos / page_size], k_sb / v_sb
+  // being the page strides; else batch b's keys are in cache row kv_batch_idx[b] (null: b).
+  const int32_t* page_table;
+  int page_size;
+  int64_t page_table_stride;
+  const int32_t* kv_batch_idx;
   ScoreTransform transform;
   float pre;         // kSoftcap: 2 log2(e) scale / softcap
   float post;        // the FFMA multiplier of exp2(t * post - m), > 0
@@ -69,6 +76,10 @@ inline KernelParams make_kernel_params(const AttnParams& p, int block_m, int pac
   k.heads_q = p.heads_q;
   k.group = p.group_size();
   k.seqs = p.seqs;
+  k.page_table = p.page_table;
+  k.page_size = static_cast<int>(p.page_size);
+  k.page_table_stride = p.page_table_stride;
+  k.kv_batch_idx = p.kv_batch_idx;
   k.window_left = p.window_left;
   k.window_right = p.window_right;
   while ((1 << k.pack_shift) < pack) ++k.pack_shift;

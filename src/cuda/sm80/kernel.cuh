@@ -36,8 +36,10 @@ __device__ __forceinline__ TileCoord tile_coord(int64_t linear, const KernelPara
 // Shared memory: the Q tile [block_m][row], then `stages` x {K [block_n][row], V [block_n][row]},
 // all swizzled (smem_tile.h). The Q tile later stages O.
 // Tiles is a type whose static member kCfg is the TileConfig (a type, not the value, because
-// kernels with class-type template arguments do not get host stubs).
-template <class Tiles, class T, class Mask>
+// kernels with class-type template arguments do not get host stubs). kCache: a KV cache's rows
+// (kv_batch_idx, a page table; forward_kvcache), compiled apart so that the other kernels keep
+// their registers (a runtime branch made ptxas spill in their mainloops).
+template <class Tiles, class T, class Mask, bool kCache>
 __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
     attention_fwd_sm80(const KernelParams p) {
   constexpr TileConfig kCfg = Tiles::kCfg;
@@ -76,8 +78,12 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
   const int64_t head_kv = tile.head / p.group;  // GQA/MQA: K and V are read in place
   const int64_t q_row0 = seq.q_start + q0;      // this tile's first row in q, out and the LSE
   const T* q = static_cast<const T*>(p.q) + tile.batch * p.q_sb + tile.head * p.q_sh + q_row0 * p.q_sl;
-  const T* k = static_cast<const T*>(p.k) + tile.batch * p.k_sb + head_kv * p.k_sh + seq.k_start * p.k_sl;
-  const T* v = static_cast<const T*>(p.v) + tile.batch * p.v_sb + head_kv * p.v_sh + seq.k_start * p.v_sl;
+  // K and V from the first key of this batch entry (a KV cache's row kv_batch_idx[b]); a paged
+  // cache is read row by row through the page table instead (load_kv).
+  int64_t kv_batch = tile.batch;
+  if constexpr (kCache) kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[tile.batch] : tile.batch;
+  const T* k = static_cast<const T*>(p.k) + kv_batch * p.k_sb + head_kv * p.k_sh + seq.k_start * p.k_sl;
+  const T* v = static_cast<const T*>(p.v) + kv_batch * p.v_sb + head_kv * p.v_sh + seq.k_start * p.v_sl;
 
   const uint32_t s_q = smem_u32(smem);
   const uint32_t s_kv = s_q + kCfg.q_bytes();
@@ -87,6 +93,25 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
     const int k0 = n * kCfg.block_n;
     const int rows = min(kCfg.block_n, band.len_k - k0);
     const uint32_t s_k = s_kv + stage * kCfg.stage_bytes();
+    if (kCache && p.page_table != nullptr) {
+      // Everything the paged rows need is rebuilt here from the CTA index and the parameters
+      // (the empty asm keeps the compiler from reusing or hoisting it), so no register stays
+      // live across the mainloop for it: the contiguous path keeps its register budget.
+      int64_t linear = blockIdx.x;
+      asm volatile("" : "+l"(linear));
+      const TileCoord at = tile_coord(linear, p);
+      const int64_t hk = at.head / p.group;
+      const int32_t* pages = p.page_table + at.batch * p.page_table_stride;
+      const int pos0 = static_cast<int>(seq_info(p.seqs, at.batch).k_start) + k0;
+      load_tile_paged<kCfg.block_n, kRB, kThreads>(
+          s_k, PagedRows<T>{static_cast<const T*>(p.k) + hk * p.k_sh, p.k_sb, p.k_sl, pages, p.page_size},
+          pos0, rows, p.d_chunks, tid);
+      load_tile_paged<kCfg.block_n, kRB, kThreads>(
+          s_k + kCfg.kv_tile_bytes(),
+          PagedRows<T>{static_cast<const T*>(p.v) + hk * p.v_sh, p.v_sb, p.v_sl, pages, p.page_size}, pos0,
+          rows, p.d_chunks, tid);
+      return;
+    }
     load_tile_async<kCfg.block_n, kRB, kThreads>(s_k, k + int64_t{k0} * p.k_sl, p.k_sl, rows, p.d_chunks,
                                                  tid);
     load_tile_async<kCfg.block_n, kRB, kThreads>(s_k + kCfg.kv_tile_bytes(), v + int64_t{k0} * p.v_sl, p.v_sl,

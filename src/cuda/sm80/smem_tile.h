@@ -59,4 +59,40 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile, const T* src, int
   }
 }
 
+// A paged KV cache's rows of one head: position pos is slot pos % page_size of page
+// pages[pos / page_size] (positions are below 2^30, so 32-bit division does).
+template <class T>
+struct PagedRows {
+  const T* head;  // element 0 of page 0 for this KV head
+  int64_t page_stride, slot_stride;
+  const int32_t* pages;  // this sequence's row of the page table
+  int page_size;
+
+  __device__ __forceinline__ const T* row(int pos) const {
+    return head + int64_t{pages[pos / page_size]} * page_stride + int64_t{pos % page_size} * slot_stride;
+  }
+};
+
+// load_tile_async for rows that do not lie at one stride: row r of the tile is position pos0 + r
+// of a paged cache. Same thread mapping, swizzle and zero fill; each valid row reads its page
+// table entry (the entries past valid_rows are never read: a sequence's last page may be its
+// table's last).
+template <int kRows, int kRowBytes, int kThreads, class T>
+__device__ __forceinline__ void load_tile_paged(uint32_t tile, const PagedRows<T>& src, int pos0,
+                                                int valid_rows, int valid_chunks, int tid) {
+  constexpr int kChunks = kRowBytes / 16;
+  constexpr int kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0,
+                "each thread keeps one chunk column and one swizzle phase");
+  const int c = tid % kChunks, r0 = tid / kChunks;
+  const bool chunk_ok = c < valid_chunks;
+  const uint32_t s_off = tile + swizzled<kRowBytes>(r0, c);
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const int r = r0 + i * kRowStep;
+    const bool valid = chunk_ok && r < valid_rows;
+    cp_async_16(s_off + i * kRowStep * kRowBytes, valid ? src.row(pos0 + r) + c * 8 : src.head, valid);
+  }
+}
+
 }  // namespace tileattn::detail::sm80
