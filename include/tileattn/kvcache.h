@@ -45,8 +45,13 @@ struct KvCache {
 };
 
 // q [B, Lq, Hq, D] (or packed, see above) against the cache; out like q, lse [B, Hq, Lq] fp32 or
-// null. Everything is checked (index values included) before anything is written. CPU tensors
-// in this version.
+// null. CPU tensors: everything is checked (index values included) before anything is written.
+// CUDA tensors (fp16, bf16; the index tensors contiguous on q's device): the host checks what
+// it can see (ranks, shapes, dtypes, devices, aliasing); the index values are checked on the
+// device, before anything is written, in the checked mode (Options::check_indices, one sync),
+// and otherwise trusted. Without the checked mode the call reads nothing back to the host and
+// allocates only stream-ordered scratch on options.cuda_stream, so it can be captured in a
+// CUDA graph. cache_seqlens is required with k_new on CUDA, and max_seqlen_q with cu_seqlens_q.
 void forward_kvcache(const TensorRef& q, const KvCache& cache, const TensorRef& out, const TensorRef* lse,
                      const Options& options = {});
 

@@ -1,7 +1,7 @@
 // kvcache.cc: forward_kvcache: the arguments checked on the host (kvcache_args.cc); on the CPU
 // the index values read and checked, then the new keys and values appended in place (rotary
 // first), then attention over the cache through the forward kernel with the cache's layout
-// (params.h: kv_offset).
+// (params.h: kv_offset). CUDA tensors go to kvcache_cuda.cc.
 #include <algorithm>
 #include <vector>
 
@@ -11,6 +11,13 @@
 #include "tileattn/tileattn.h"
 
 namespace tileattn {
+namespace detail {
+#if defined(TILEATTN_WITH_CUDA)
+void forward_kvcache_cuda(const KvPlan& plan, const TensorRef& q, const KvCache& c, const TensorRef& out,
+                          const TensorRef* lse, const Options& options);
+#endif
+}  // namespace detail
+
 namespace {
 
 using detail::AttnParams;
@@ -123,7 +130,11 @@ void forward_kvcache(const TensorRef& q, const KvCache& c, const TensorRef& out,
     forward_kvcache_cpu(plan, q, c, out, lse, options);
     return;
   }
-  throw Error("q", "is on " + device_name(q.device) + "; forward_kvcache runs on CPU tensors in this version");
+#if defined(TILEATTN_WITH_CUDA)
+  detail::forward_kvcache_cuda(plan, q, c, out, lse, options);
+#else
+  throw Error("q", "is on " + device_name(q.device) + ", but this build of tileattn has no CUDA kernels");
+#endif
 }
 
 }  // namespace tileattn

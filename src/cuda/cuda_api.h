@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/combine.h"
+#include "common/kvcache_check.h"
 #include "common/params.h"
 #include "common/seqlens_check.h"
 
@@ -34,5 +35,29 @@ void combine(const CombineParams& c);              // split-KV partial states me
 // (one sync); faults[0] for the q side, faults[1] for the k side.
 void find_index_faults(const AttnParams& p, IndexFaultAt faults[2]);
 int64_t eager(const AttnParams& p);  // S and P in device memory; returns their bytes
+
+// forward_kvcache on the device (kvcache_append.cu). What the append reads besides p (whose
+// k / v, strides, page_table, kv_batch_idx and seqs.start_k describe the cache, all pointers
+// device memory).
+struct KvAppend {
+  KvIndices indices;  // device pointers; the sizes of kvcache_args.h's plan
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  Strides4 k_new_stride, v_new_stride;  // packed: batch stride 0, rows at cu_new[b] + i
+  const void* cos = nullptr;            // [seqlen_ro, half] (null: no rotary)
+  const void* sin = nullptr;
+  DType rotary_dtype = DType::kFloat32;
+  int64_t cos_stride[2] = {0, 0}, sin_stride[2] = {0, 0};
+  int64_t half = 0;
+  bool interleaved = true;
+  int64_t q_rows = 0;  // q's rows: batch * seqlen_q, or total_q for a packed q
+};
+// Options::check_indices: the index values checked on the device (one sync) by the host's
+// functions: q's cu_seqlens_q (find_index_fault) into *q_fault, the cache's into *kv_fault.
+void find_kvcache_faults(const AttnParams& p, const KvIndices& x, IndexFaultAt* q_fault, KvFault* kv_fault);
+// Appends k_new / v_new (rotated) into the cache, rotates q into a workspace, computes each
+// sequence's key count (cache_seqlens + new) into another, then forward(p, kernel) over the
+// cache. Stream-ordered throughout: no sync, no host read, capturable in a CUDA graph.
+void forward_kvcache(AttnParams p, const KvAppend& a, Kernel kernel);
 
 }  // namespace tileattn::detail::cuda
