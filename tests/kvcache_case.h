@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct KvSpec {
   int64_t new_keys(int64_t b) const { return lens_new.empty() ? len_new : lens_new[b]; }
   bool appends() const;  // new keys are given (k_new / v_new)
 };
+
+// gtest prints a spec by its name (instead of its bytes).
+inline void PrintTo(const KvSpec& s, std::ostream* os) { *os << s.name(); }
 
 HostTensor int_tensor(const std::vector<int64_t>& values, std::vector<int64_t> shape);
 

@@ -35,7 +35,7 @@ step configure 120 "$OUT/configure.log" cmake -S "$ROOT" -B "$BUILD" -G Ninja -D
   status=1
 targets=(tileattn_cuda_tests sanitize_small time_fwd)
 [ "${TUNE:-OFF}" = ON ] && targets+=(tune_sm80)
-step build 300 "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || status=1
+step build 600 "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || status=1
 grep -E "spill|error" "$OUT/build.log" >"$OUT/build_warnings.log" || true
 
 if [ $status -eq 0 ]; then
