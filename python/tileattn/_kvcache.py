@@ -35,9 +35,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     ``rotary_sin`` ``[seqlen_ro, rotary_dim / 2]``; q is rotated too, at ``cache_seqlens + i``
     when causal or windowed, else at ``cache_seqlens``) and attended to in the same call.
     ``cache_batch_idx`` maps a sequence to its cache row, ``cache_leftpad`` is the position its
-    keys start at. Masks align bottom-right. Every index value is checked before anything is
+    keys start at. Masks align bottom-right. On the CPU every index value is checked before anything is
     written. Returns ``out``, or ``(out, softmax_lse)`` with ``return_softmax_lse=True``
-    (``[batch, heads_q, seqlen_q]``). CPU arrays of any kind in this version.
+    (``[batch, heads_q, seqlen_q]``). CPU arrays of any kind, and CUDA arrays on the current
+    stream (index values are then trusted, not read back: no sync, so a step can be captured in
+    a CUDA graph).
 
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``rotary_seqlens``, ``attention_chunk``,

@@ -1,5 +1,6 @@
 """flash_attn_with_kvcache on CPU arrays: contiguous and paged caches, in-place append with and
-without rotary, against the float64 oracle on the keys gathered from the updated cache."""
+without rotary, against the float64 oracle on the keys gathered from the updated cache; on CUDA
+torch tensors against the CPU on the same inputs, and one decode step captured in a CUDA graph."""
 
 import numpy as np
 import pytest
@@ -111,3 +112,129 @@ def test_bad_arguments():
     with pytest.raises(NotImplementedError, match="qv"):
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), qv=q)
     np.testing.assert_array_equal(kc, before)
+
+
+# -- CUDA: the same calls on torch CUDA tensors against the CPU on the same inputs ------------------
+
+def _cuda_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or tileattn.cuda_device_count() == 0:
+        pytest.skip("no CUDA device")
+    return torch
+
+
+def _within_one_ulp(a, b):
+    """Two bf16/fp16 tensors' bits at most one unit in the last place apart (same sign)."""
+    import torch
+
+    x, y = a.reshape(-1).view(torch.int16).int(), b.reshape(-1).view(torch.int16).int()
+    return bool(((x - y).abs() <= 1).all())
+
+
+def _kv_inputs(torch, page_size, rotary, packed, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    B, Hq, Hkv, D, cap = 3, 8, 2, 128, 300
+    lens_q, lens_new = [1, 5, 2], [1, 3, 0]
+    seqlens = torch.tensor([10, 0, 257], dtype=torch.int32)
+    rand = lambda *shape: torch.randn(*shape, generator=g).to(dtype)
+    args = {}
+    if packed:
+        q = rand(sum(lens_q), Hq, D)
+        args["k"], args["v"] = rand(sum(lens_new), Hkv, D), rand(sum(lens_new), Hkv, D)
+        cu = lambda lens: torch.tensor([0] + list(np.cumsum(lens)), dtype=torch.int32)
+        args["cu_seqlens_q"], args["cu_seqlens_k_new"] = cu(lens_q), cu(lens_new)
+        args["max_seqlen_q"] = max(lens_q)
+    else:
+        q = rand(B, 2, Hq, D)
+        args["k"], args["v"] = rand(B, 2, Hkv, D), rand(B, 2, Hkv, D)
+    if page_size:
+        max_pages = -(-cap // page_size)
+        order = torch.randperm(B * max_pages + 2, generator=g).to(torch.int32)
+        args["page_table"] = order[:B * max_pages].reshape(B, max_pages).contiguous()
+        kc = rand(len(order), page_size, Hkv, D)
+    else:
+        kc = rand(B + 1, cap, Hkv, D)
+        args["cache_batch_idx"] = torch.tensor([2, 0, 3], dtype=torch.int32)
+    vc = rand(*kc.shape)
+    if rotary:
+        theta = torch.arange(cap + 8, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(16) / 16)
+        args["rotary_cos"], args["rotary_sin"] = theta.cos().float(), theta.sin().float()
+    args["cache_seqlens"] = seqlens
+    return q, kc, vc, args
+
+
+@pytest.mark.parametrize("page_size", [0, 1, 7, 16, 256], ids=lambda p: f"page{p}" if p else "contiguous")
+@pytest.mark.parametrize("rotary, interleaved", [(False, True), (True, True), (True, False)],
+                         ids=["plain", "rope", "neox"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_cuda_matches_cpu(page_size, rotary, interleaved, packed):
+    torch = _cuda_torch()
+    q, kc, vc, args = _kv_inputs(torch, page_size, rotary, packed, torch.bfloat16, seed=page_size + 3 * packed)
+    cuda = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
+    q_d, kc_d, vc_d = cuda(q), cuda(kc), cuda(vc)
+    args_d = {name: cuda(x) for name, x in args.items()}
+    options = dict(causal=True, rotary_interleaved=interleaved, return_softmax_lse=True, num_splits=0)
+    out, lse = tileattn.flash_attn_with_kvcache(q, kc, vc, **args, **options)
+    out_d, lse_d = tileattn.flash_attn_with_kvcache(q_d, kc_d, vc_d, **args_d, **options)
+    assert out_d.is_cuda and out_d.dtype == out.dtype and out_d.shape == out.shape
+    torch.testing.assert_close(out_d.cpu().float(), out.float(), rtol=0, atol=2e-2)
+    torch.testing.assert_close(lse_d.cpu(), lse, rtol=0, atol=1e-2)
+    assert _within_one_ulp(kc_d.cpu(), kc) and torch.equal(vc_d.cpu(), vc)
+
+
+def test_cuda_int_cache_seqlens_and_current_stream():
+    torch = _cuda_torch()
+    q = torch.randn(2, 1, 4, 64, device="cuda", dtype=torch.float16)
+    kc = torch.randn(2, 40, 1, 64, device="cuda", dtype=torch.float16)
+    vc = torch.randn_like(kc)
+    k, v = torch.randn(2, 1, 1, 64, device="cuda", dtype=torch.float16), torch.randn(2, 1, 1, 64, device="cuda",
+                                                                                  dtype=torch.float16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = tileattn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=12)
+    stream.synchronize()
+    assert torch.equal(kc[:, 12:13], k) and torch.equal(vc[:, 12:13], v)
+    ref = tileattn.flash_attn_with_kvcache(q.cpu(), kc.cpu(), vc.cpu(), cache_seqlens=13)
+    torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=0, atol=2e-3)
+
+
+def test_cuda_graph_decode_step():
+    """One decode step captured with device cache_seqlens, replayed after changing them in place:
+    the outputs and caches equal those of uncaptured calls on the same inputs, bit for bit."""
+    torch = _cuda_torch()
+    torch.manual_seed(0)
+    B, Hq, Hkv, D, page, max_pages = 2, 8, 2, 128, 16, 32
+    dt = dict(device="cuda", dtype=torch.bfloat16)
+    table = torch.randperm(B * max_pages, dtype=torch.int32).reshape(B, max_pages).cuda()
+    kc0 = torch.randn(B * max_pages, page, Hkv, D, **dt)
+    vc0 = torch.randn_like(kc0)
+    kc, vc = kc0.clone(), vc0.clone()
+    q, k, v = torch.randn(B, 1, Hq, D, **dt), torch.randn(B, 1, Hkv, D, **dt), torch.randn(B, 1, Hkv, D, **dt)
+    theta = torch.arange(page * max_pages + 1, device="cuda")[:, None] * 10000.0 ** (
+        -torch.arange(32, device="cuda") / 32)
+    cos, sin = theta.cos().to(torch.bfloat16), theta.sin().to(torch.bfloat16)
+    seqlens = torch.tensor([100, 300], dtype=torch.int32, device="cuda")
+
+    def step():
+        return tileattn.flash_attn_with_kvcache(q, kc, vc, k, v, rotary_cos=cos, rotary_sin=sin,
+                                                cache_seqlens=seqlens, page_table=table, causal=True,
+                                                return_softmax_lse=True)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, lse_g = step()
+    for lens in ([100, 300], [7, 511], [0, 1], [257, 33]):
+        kc.copy_(kc0), vc.copy_(vc0), seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+        graph.replay()
+        got = (out_g.clone(), lse_g.clone(), kc.clone(), vc.clone())
+        kc.copy_(kc0), vc.copy_(vc0)
+        out, lse = step()
+        torch.cuda.synchronize()
+        for name, a, b in zip(("out", "lse", "k_cache", "v_cache"), got, (out, lse, kc, vc)):
+            assert torch.equal(a, b), (lens, name)
