@@ -22,7 +22,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, check_indices=False):
     """A drop-in for flash-attn 3's ``flash_attn_with_kvcache`` (a decoding step).
 
     q ``[batch, seqlen_q, heads_q, head_dim]`` (or packed ``[total_q, ...]`` with
@@ -39,7 +39,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     written. Returns ``out``, or ``(out, softmax_lse)`` with ``return_softmax_lse=True``
     (``[batch, heads_q, seqlen_q]``). CPU arrays of any kind, and CUDA arrays on the current
     stream (index values are then trusted, not read back: no sync, so a step can be captured in
-    a CUDA graph).
+    a CUDA graph). ``check_indices=True`` (a tileattn extension) validates the index values on
+    the device first, before anything is written (one sync): a bad value raises ``ValueError``
+    naming the argument.
 
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``rotary_seqlens``, ``attention_chunk``,
@@ -96,7 +98,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         core = [outputs.core(x) for x in (q, k_cache, v_cache, out, lse, k, v, rotary_cos, rotary_sin)]
         core += [outputs.core(index[name]) for name in _INDEX]
         _C.forward_kvcache(*core, max_q, **options, rotary_interleaved=bool(rotary_interleaved),
-                           stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16)
+                           stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16,
+                           check_indices=bool(check_indices))
     if return_softmax_lse:
         return outputs.result(out), outputs.result(lse)
     return outputs.result(out)

@@ -175,11 +175,29 @@ def test_cuda_matches_cpu(page_size, rotary, interleaved, packed):
     args_d = {name: cuda(x) for name, x in args.items()}
     options = dict(causal=True, rotary_interleaved=interleaved, return_softmax_lse=True, num_splits=0)
     out, lse = tileattn.flash_attn_with_kvcache(q, kc, vc, **args, **options)
-    out_d, lse_d = tileattn.flash_attn_with_kvcache(q_d, kc_d, vc_d, **args_d, **options)
+    out_d, lse_d = tileattn.flash_attn_with_kvcache(q_d, kc_d, vc_d, **args_d, **options,
+                                                    check_indices=page_size == 7)
     assert out_d.is_cuda and out_d.dtype == out.dtype and out_d.shape == out.shape
     torch.testing.assert_close(out_d.cpu().float(), out.float(), rtol=0, atol=2e-2)
     torch.testing.assert_close(lse_d.cpu(), lse, rtol=0, atol=1e-2)
     assert _within_one_ulp(kc_d.cpu(), kc) and torch.equal(vc_d.cpu(), vc)
+
+
+def test_cuda_checked_mode_names_the_bad_index():
+    torch = _cuda_torch()
+    q, kc, vc, args = _kv_inputs(torch, 16, True, False, torch.bfloat16, seed=5)
+    args = {name: x.cuda() if isinstance(x, torch.Tensor) else x for name, x in args.items()}
+    q, kc, vc = q.cuda(), kc.cuda(), vc.cuda()
+    k_before, v_before = kc.clone(), vc.clone()
+    table = args["page_table"].clone()
+    table[2, 3] = 1000  # sequence 2 uses pages 0..16
+    with pytest.raises(ValueError, match=r"^page_table: entry \[2, 3\] is 1000"):
+        tileattn.flash_attn_with_kvcache(q, kc, vc, **dict(args, page_table=table), check_indices=True)
+    seqlens = args["cache_seqlens"].clone()
+    seqlens[1] = -1
+    with pytest.raises(ValueError, match="^cache_seqlens: entry 1 is -1"):
+        tileattn.flash_attn_with_kvcache(q, kc, vc, **dict(args, cache_seqlens=seqlens), check_indices=True)
+    assert torch.equal(kc, k_before) and torch.equal(vc, v_before)
 
 
 def test_cuda_int_cache_seqlens_and_current_stream():

@@ -94,9 +94,10 @@ __global__ void __launch_bounds__(Tiles::kCfg.threads(), Tiles::kCfg.min_blocks)
     const int rows = min(kCfg.block_n, band.len_k - k0);
     const uint32_t s_k = s_kv + stage * kCfg.stage_bytes();
     if (kCache && p.page_table != nullptr) {
-      // Everything the paged rows need is rebuilt here from the CTA index and the parameters
-      // (the empty asm keeps the compiler from reusing or hoisting it), so no register stays
-      // live across the mainloop for it: the contiguous path keeps its register budget.
+      // What the paged rows need is rebuilt here from the CTA index and the parameters (the
+      // empty asm keeps the compiler from hoisting it out of the mainloop) instead of being
+      // held in registers across it. Which costs less, these few divisions per key block or
+      // the registers (ptxas spills either way at D = 128), is still to be measured on a GPU.
       int64_t linear = blockIdx.x;
       asm volatile("" : "+l"(linear));
       const TileCoord at = tile_coord(linear, p);
