@@ -39,6 +39,11 @@ void DeviceCopy::to_host(HostTensor& t) const {
       "cudaMemcpy D2H");
 }
 
+void DeviceCopy::from_host() const {
+  check(cudaMemcpy(device_, host_.bytes().data(), host_.bytes().size(), cudaMemcpyHostToDevice),
+        "cudaMemcpy H2D");
+}
+
 Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner) {
   const Problem& p = c.problem;
   Result r = test::fresh_outputs(p);

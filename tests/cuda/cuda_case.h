@@ -29,6 +29,7 @@ class DeviceCopy {
   DeviceCopy& operator=(const DeviceCopy&) = delete;
   TensorRef ref() const;
   void to_host(HostTensor& t) const;
+  void from_host() const;  // the host tensor's storage copied to the device again
 
  private:
   const HostTensor& host_;

@@ -27,6 +27,10 @@ void GpuKvCase::caches_to_host(KvCase& kc) const {
   }
 }
 
+void GpuKvCase::from_host() const {
+  for (const auto& copy : copies_) copy.second->from_host();
+}
+
 void run_kvcache_gpu(KvCase& kc, Result* r, const Options& options) {
   const GpuKvCase gpu(kc);
   const DeviceCopy out(r->out), lse(r->lse);

@@ -22,6 +22,8 @@ class GpuKvCase {
   TensorRef q() const;
   // The device caches back into kc's k_cache and v_cache.
   void caches_to_host(KvCase& kc) const;
+  // Every input (caches and index tensors included) copied from its host tensor again.
+  void from_host() const;
 
  private:
   std::vector<std::pair<const HostTensor*, std::unique_ptr<DeviceCopy>>> copies_;

@@ -3,6 +3,7 @@
 // appended slots within one ulp of the CPU forward_kvcache's on the same inputs, every other
 // cache byte unchanged, each sequence's output and LSE against the fp64 oracle on its gathered
 // keys by the 2x rule. Bad device-side index values name themselves and write nothing.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -159,6 +160,54 @@ TEST(KvCacheCuda, HostChecksNameTheArgument) {
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "cache_seqlens") << e.what();
   }
+}
+
+// A decode step (paged, rotary, split) captured in a CUDA graph with cache_seqlens on the device,
+// replayed after changing them there: caches, out and lse equal an uncaptured call's, bit for bit.
+TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
+  SKIP_WITHOUT_GPU();
+  KvSpec s;
+  s.dtype = DType::kBFloat16, s.page_size = 16, s.d = 128, s.hq = 8, s.hkv = 2, s.capacity = 512;
+  s.seqlens = {100, 0, 300}, s.rotary = true, s.options.causal = true;
+  KvCase kc(s);
+  const GpuKvCase gpu(kc);
+  Result graphed = kc.fresh_outputs(), plain = kc.fresh_outputs();
+  const DeviceCopy out(graphed.out), lse(graphed.lse);
+  const TensorRef lse_ref = lse.ref();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Options o = s.options;
+  o.cuda_stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  forward_kvcache(gpu.q(), gpu.args(), out.ref(), &lse_ref, o);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const HostTensor k_initial = kc.k_cache, v_initial = kc.v_cache;
+  for (const std::vector<int64_t>& lens : {std::vector<int64_t>{100, 0, 300}, {7, 511, 0}, {257, 33, 1}}) {
+    for (size_t b = 0; b < lens.size(); ++b) kc.seqlens.set({static_cast<int64_t>(b), 0, 0, 0}, lens[b]);
+    kc.k_cache = k_initial, kc.v_cache = v_initial;
+    gpu.from_host();  // the caches as they were, the new lengths
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    out.to_host(graphed.out), lse.to_host(graphed.lse);
+    gpu.caches_to_host(kc);
+    const HostTensor k_graphed = kc.k_cache, v_graphed = kc.v_cache;
+    kc.k_cache = k_initial, kc.v_cache = v_initial;
+    gpu.from_host();
+    forward_kvcache(gpu.q(), gpu.args(), out.ref(), &lse_ref, o);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    out.to_host(plain.out), lse.to_host(plain.lse);
+    gpu.caches_to_host(kc);
+    EXPECT_TRUE(test::same_bits(graphed, plain))
+        << "lengths " << lens[0] << ", " << lens[1] << ", " << lens[2];
+    EXPECT_TRUE(k_graphed.bytes() == kc.k_cache.bytes() && v_graphed.bytes() == kc.v_cache.bytes());
+    EXPECT_EQ(graphed.out.count_unwritten(), 0);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace
