@@ -318,3 +318,39 @@ INSTANTIATE_TEST_SUITE_P(Forward, IsaSubset, testing::ValuesIn(isa_problems()), 
 
 }  // namespace
 }  // namespace tileattn::test
+
+namespace tileattn::test {
+namespace {
+
+// Decoding (at most 4 query rows): K and V read in place in address order over blocks every row
+// sees whole (fp32, bf16), the per-row path for partly masked blocks and other dtypes; GQA
+// groups (several rows a KV head), softcap, windows, key lengths off the block grid, forced
+// and chosen key splits.
+std::vector<Problem> decode_problems() {
+  std::vector<Problem> out;
+  const Shape shapes[] = {{1, 4225, 128, 8, 8, 2},
+                          {4, 1025, 64, 8, 2, 1},
+                          {3, 517, 128, 6, 1, 3},
+                          {1, 17, 64, 32, 32, 1},
+                          {2, 2049, 96, 4, 4, 1}};
+  for (const Shape& s : shapes)
+    for (DType dtype : kDtypes)
+      for (int variant = 0; variant < 3; ++variant) {
+        Problem p = make(s, dtype);
+        p.options.causal = variant == 1;
+        if (variant == 2) {
+          p.options.softcap = 20.0f;
+          p.options.window_left = 700;
+          p.options.num_splits = 3;
+        }
+        out.push_back(p);
+      }
+  return out;
+}
+
+class Decode : public testing::TestWithParam<Problem> {};
+TEST_P(Decode, MatchesOracle) { check_against_oracle(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Forward, Decode, testing::ValuesIn(decode_problems()), param_name);
+
+}  // namespace
+}  // namespace tileattn::test

@@ -32,5 +32,14 @@ TEST(CpuSplits, OnlyFewItemsSplitAndNeverByThreads) {
   EXPECT_EQ(cpu_num_splits(1, 3, 256), 1);
 }
 
+TEST(CpuSplits, DecodingSplitsKeysToSixteenItemsOfAtLeast512Keys) {
+  EXPECT_EQ(cpu_decode_splits(8, 8192, 256), 2);
+  EXPECT_EQ(cpu_decode_splits(1, 8192, 256), 16);
+  EXPECT_EQ(cpu_decode_splits(1, 2047, 256), 3);  // >= 512 keys a split
+  EXPECT_EQ(cpu_decode_splits(1, 300, 256), 1);
+  EXPECT_EQ(cpu_decode_splits(16, 100000, 256), 1);
+  EXPECT_EQ(cpu_decode_splits(1, 1 << 20, 8), 8);
+}
+
 }  // namespace
 }  // namespace tileattn::detail

@@ -9,6 +9,14 @@
 namespace tileattn::detail::cpu {
 namespace {
 
+// Whether each of the Lq rows sees every key of [k0, k0 + kn).
+template <class Mask>
+bool block_seen_whole(const Mask& mask, int64_t Lq, int64_t k0, int64_t kn) {
+  for (int64_t i = 0; i < Lq; ++i)
+    if (mask.lo(i) > k0 || mask.hi(i) < k0 + kn) return false;
+  return true;
+}
+
 template <class Mask>
 void run_item(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t hk0, int64_t hk1, int split,
               int splits, const Sink& sink, DecodeWorkspace& ws) {
@@ -23,6 +31,8 @@ void run_item(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t h
   const bool in_place = unit && p.dtype == DType::kFloat32;
   // bf16 K and V (D up to 32 widths) are read where they lie too, widened in registers.
   const bool bf16_in_place = unit && p.dtype == DType::kBFloat16 && D <= 32 * simd.width;
+  // Blocks every row sees whole stream K and V in address order (dots_heads / axpy_heads).
+  const bool streams = (in_place || bf16_in_place) && simd.dots_heads != nullptr;
   const float q_mul = p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e, cap_mul = p.softcap * kLog2e;
   // Row r = ((hk - hk0) * g + j) * Lq + i: query head hk * g + j, position i.
   const int64_t rows = (hk1 - hk0) * g * Lq;
@@ -40,6 +50,26 @@ void run_item(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t h
   for (int64_t k0 = std::max(n_begin, s_begin) * Bc; k0 < std::min(n_end, s_end) * Bc && k0 < k_end;
        k0 += Bc) {
     const int64_t kn = std::min(Bc, k_end - k0);
+    if (streams && block_seen_whole(mask, Lq, k0, kn)) {
+      // K and V where they lie, in address order: position by position across the run's heads.
+      const int64_t pos = seq.k_start + k0, heads = hk1 - hk0, per_head = g * Lq;
+      const void* kb = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos, hk0));
+      const void* vb = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos, hk0));
+      simd.dots_heads(kb, bf16_in_place, p.k_stride.l, p.k_stride.h, kn, heads, per_head, ws.q.data(), D,
+                      ws.s.data(), Bc);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = ws.s.data() + r * Bc;
+        if (p.softcap > 0)
+          for (int64_t j = 0; j < kn; ++j) s[j] = std::tanh(s[j]) * cap_mul;
+        SoftmaxRow& state = ws.state[r];
+        const float alpha = state.advance(simd.row_max(s, kn), conditional);
+        if (alpha != 1.0f) simd.scale(ws.o.data() + r * Dp, Dp, alpha);
+        state.add(simd.exp2_sum(s, kn, state.base()));
+      }
+      simd.axpy_heads(vb, bf16_in_place, p.v_stride.l, p.v_stride.h, kn, heads, per_head, ws.s.data(), Bc,
+                      ws.o.data(), Dp, D);
+      continue;
+    }
     for (int64_t j = 0; j < kn && !in_place && !bf16_in_place;
          ++j)  // position by position, across the run's KV heads
       for (int64_t hk = hk0; hk < hk1; ++hk) {

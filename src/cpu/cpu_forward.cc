@@ -165,7 +165,9 @@ void run(const AttnParams& p) {
   const int64_t items64 = p.batch * p.heads_q * ((p.seqlen_q + 63) / 64);
   const int splits =
       p.num_splits > 0 ? p.num_splits
-                       : cpu_num_splits(items64, (p.seqlen_k + tile.block_k - 1) / tile.block_k, kMaxSplits);
+      : p.seqlen_q <= kFewRows
+          ? cpu_decode_splits(p.batch * ((p.heads_kv + 31) / 32), p.seqlen_k, kMaxSplits)
+          : cpu_num_splits(items64, (p.seqlen_k + tile.block_k - 1) / tile.block_k, kMaxSplits);
 
   // Split-KV: each split's fp32 partial state, [S, B', L', Hq, D] and [S, B', Hq, L'], then the
   // merge (O(rows x S x D) scratch, never O(Lq x Lk)).

@@ -21,6 +21,13 @@ int cuda_num_splits(int64_t tiles, int64_t sms, int64_t key_blocks, int max_spli
   return 1;
 }
 
+int cpu_decode_splits(int64_t items, int64_t keys, int max_splits) {
+  if (items <= 0 || items >= kCpuDecodeItems) return 1;
+  const int64_t want = (kCpuDecodeItems + items - 1) / items;
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({want, keys / kCpuDecodeSplitKeys, max_splits})));
+}
+
 int cpu_num_splits(int64_t items, int64_t key_blocks, int max_splits) {
   if (items <= 0 || items >= kCpuSplitItems) return 1;
   const int64_t want = (kCpuSplitItems + items - 1) / items;

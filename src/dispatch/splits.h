@@ -19,4 +19,12 @@ int cuda_num_splits(int64_t tiles, int64_t sms, int64_t key_blocks, int max_spli
 inline constexpr int64_t kCpuSplitItems = 64;
 int cpu_num_splits(int64_t items, int64_t key_blocks, int max_splits);
 
+// CPU decoding (at most a few query rows): items = batch entries x runs of up to 32 KV heads,
+// keys = the longest sequence's. The keys are split until there are about kCpuDecodeItems
+// items, each with >= kCpuDecodeSplitKeys keys: an item then reads its K and V as one stream
+// (every head of a run, position by position) instead of a run of fewer heads each (a stride
+// between rows that the hardware prefetchers do not follow). Thread-count independent too.
+inline constexpr int64_t kCpuDecodeItems = 16, kCpuDecodeSplitKeys = 512;
+int cpu_decode_splits(int64_t items, int64_t keys, int max_splits);
+
 }  // namespace tileattn::detail

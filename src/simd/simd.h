@@ -49,6 +49,14 @@ struct SimdKernels {
   // first), B [K2][ldb] words holding (B(2 kp, n), B(2 kp + 1, n)); N a multiple of 16.
   void (*gemm_bf16)(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
                     const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) = nullptr;
+  // Decoding over a block of n positions of `heads` KV heads, in address order (position, then
+  // head), K and V fp32 or bf16 (D a multiple of width): row r = h * rows + i of query heads
+  // sharing KV head h gets s[r * ld_s + j] = K(j, h) . q[r * D] with K(j, h) at K + j * k_pos +
+  // h * k_head elements; and o[r * ld_o + d] += sum over j of w[r * ld_w + j] V(j, h)[d].
+  void (*dots_heads)(const void* K, bool bf16, int64_t k_pos, int64_t k_head, int64_t n, int64_t heads,
+                     int64_t rows, const float* q, int64_t D, float* s, int64_t ld_s) = nullptr;
+  void (*axpy_heads)(const void* V, bool bf16, int64_t v_pos, int64_t v_head, int64_t n, int64_t heads,
+                     int64_t rows, const float* w, int64_t ld_w, float* o, int64_t ld_o, int64_t D) = nullptr;
 };
 
 // The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512|avx512bf16 caps it (tests).
