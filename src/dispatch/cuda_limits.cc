@@ -15,9 +15,12 @@ std::string str(int64_t x) { return std::to_string(x); }
 // compiled configs), nonempty sequences and nonzero strides (TMA maps; a packed varlen tensor's
 // batch stride is not used).
 std::string sm90_rejects(const AttnParams& p) {
-  // A KV cache's rows are found through a page table or cache_batch_idx, which TMA tensor maps
-  // (one box of one tensor) do not express: forward_kvcache runs on the sm80 kernel.
-  if (p.kv_cache) return "a KV cache (forward_kvcache) runs on the sm80 kernel, not sm90's TMA maps";
+  // A KV cache's rows found through a page table or cache_batch_idx are not one box of one
+  // tensor, which is what a TMA tensor map loads: those caches run on the sm80 kernel. A
+  // contiguous cache is a [B, capacity, Hkv, D] tensor with per-sequence lengths (and left
+  // padding as the sequence's first key), which sm90's serving kernel reads as it is.
+  if (p.kv_cache && (p.page_table != nullptr || p.kv_batch_idx != nullptr))
+    return "a paged KV cache or cache_batch_idx runs on the sm80 kernel, not sm90's TMA maps";
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";
