@@ -1,4 +1,5 @@
-// kvcache_test.cc: forward_kvcache on the GPU (the sm80 kernel, also on Hopper): the CPU suite's
+// kvcache_test.cc: forward_kvcache on the GPU (sm80 for paged caches and cache_batch_idx, also
+// on Hopper; sm90 on Hopper for a contiguous cache as one tensor): the CPU suite's
 // cases (tests/kvcache_case.h) and more, run in checked mode. Each: outputs poisoned first, the
 // appended slots within one ulp of the CPU forward_kvcache's on the same inputs, every other
 // cache byte unchanged, each sequence's output and LSE against the fp64 oracle on its gathered
@@ -43,7 +44,9 @@ std::vector<KvSpec> gpu_specs() {
           s.lens_q = {1, 17, 5}, s.lens_new = {2, 0, 17}, s.rotary = true, s.rotary_fp32 = true;
           s.options.softcap = 20.0f, s.options.causal = true, s.options.num_splits = 7;
         }
-        if (page == 0 && variant != 1) s.batch_idx = true;
+        // Contiguous caches: variant 3 through cache_batch_idx (the sm80 kernel), the others as
+        // one tensor (the sm90 kernel on Hopper: left padding, rotated q, split-KV there too).
+        if (page == 0 && variant == 3) s.batch_idx = true;
         out.push_back(s);
       }
   KvSpec gqa;  // 8 query heads on one KV head, NeoX rotary over 24 of 40 dims (padded head dim)
@@ -164,14 +167,14 @@ TEST(KvCacheCuda, HostChecksNameTheArgument) {
 
 // A decode step (paged, rotary, split) captured in a CUDA graph with cache_seqlens on the device,
 // replayed after changing them there: caches, out and lse equal an uncaptured call's, bit for bit.
-TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
-  SKIP_WITHOUT_GPU();
+void graph_replay_matches_plain_calls(int64_t page_size) {
   KvSpec s;
-  s.dtype = DType::kBFloat16, s.page_size = 16, s.d = 128, s.hq = 8, s.hkv = 2, s.capacity = 512;
+  s.dtype = DType::kBFloat16, s.page_size = page_size, s.d = 128, s.hq = 8, s.hkv = 2, s.capacity = 512;
   s.seqlens = {100, 0, 300}, s.rotary = true, s.options.causal = true;
   KvCase kc(s);
   const GpuKvCase gpu(kc);
   Result graphed = kc.fresh_outputs(), plain = kc.fresh_outputs();
+  const Result poisoned = kc.fresh_outputs();
   const DeviceCopy out(graphed.out), lse(graphed.lse);
   const TensorRef lse_ref = lse.ref();
   cudaStream_t stream;
@@ -188,26 +191,45 @@ TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
   for (const std::vector<int64_t>& lens : {std::vector<int64_t>{100, 0, 300}, {7, 511, 0}, {257, 33, 1}}) {
     for (size_t b = 0; b < lens.size(); ++b) kc.seqlens.set({static_cast<int64_t>(b), 0, 0, 0}, lens[b]);
     kc.k_cache = k_initial, kc.v_cache = v_initial;
-    gpu.from_host();  // the caches as they were, the new lengths
+    gpu.from_host();                   // the caches as they were, the new lengths
+    const auto poison_outputs = [&] {  // each run starts from NaN: nothing unwritten can pass
+      graphed.out = poisoned.out, graphed.lse = poisoned.lse;
+      out.from_host(), lse.from_host();
+    };
+    poison_outputs();
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     out.to_host(graphed.out), lse.to_host(graphed.lse);
+    const Result got = graphed;  // graphed's storage is poisoned again for the plain call
     gpu.caches_to_host(kc);
     const HostTensor k_graphed = kc.k_cache, v_graphed = kc.v_cache;
     kc.k_cache = k_initial, kc.v_cache = v_initial;
     gpu.from_host();
+    EXPECT_EQ(got.out.count_unwritten(), 0);
+    EXPECT_EQ(got.lse.count_unwritten(), 0);
+    poison_outputs();
     forward_kvcache(gpu.q(), gpu.args(), out.ref(), &lse_ref, o);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     out.to_host(plain.out), lse.to_host(plain.lse);
     gpu.caches_to_host(kc);
-    EXPECT_TRUE(test::same_bits(graphed, plain))
-        << "lengths " << lens[0] << ", " << lens[1] << ", " << lens[2];
+    EXPECT_TRUE(test::same_bits(got, plain)) << "lengths " << lens[0] << ", " << lens[1] << ", " << lens[2];
     EXPECT_TRUE(k_graphed.bytes() == kc.k_cache.bytes() && v_graphed.bytes() == kc.v_cache.bytes());
-    EXPECT_EQ(graphed.out.count_unwritten(), 0);
+    EXPECT_EQ(plain.out.count_unwritten(), 0);
+    EXPECT_EQ(plain.lse.count_unwritten(), 0);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
+  SKIP_WITHOUT_GPU();
+  graph_replay_matches_plain_calls(16);  // paged: the sm80 kernel
+}
+
+TEST(KvCacheCuda, ContiguousDecodeStepCapturedInAGraph) {
+  SKIP_WITHOUT_GPU();
+  graph_replay_matches_plain_calls(0);  // one tensor: the sm90 kernel on Hopper
 }
 
 }  // namespace

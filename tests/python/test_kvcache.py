@@ -152,9 +152,12 @@ def _kv_inputs(torch, page_size, rotary, packed, dtype, seed):
         order = torch.randperm(B * max_pages + 2, generator=g).to(torch.int32)
         args["page_table"] = order[:B * max_pages].reshape(B, max_pages).contiguous()
         kc = rand(len(order), page_size, Hkv, D)
-    else:
+    elif page_size == 0:  # cache rows through cache_batch_idx
         kc = rand(B + 1, cap, Hkv, D)
         args["cache_batch_idx"] = torch.tensor([2, 0, 3], dtype=torch.int32)
+    else:  # None: a contiguous cache as one tensor, row b for sequence b
+        kc = rand(B, cap, Hkv, D)
+        args["cache_leftpad"] = torch.tensor([0, 0, 40], dtype=torch.int32)
     vc = rand(*kc.shape)
     if rotary:
         theta = torch.arange(cap + 8, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(16) / 16)
@@ -163,13 +166,15 @@ def _kv_inputs(torch, page_size, rotary, packed, dtype, seed):
     return q, kc, vc, args
 
 
-@pytest.mark.parametrize("page_size", [0, 1, 7, 16, 256], ids=lambda p: f"page{p}" if p else "contiguous")
+@pytest.mark.parametrize("page_size", [None, 0, 1, 7, 16, 256],
+                         ids=lambda p: "contiguous" if p is None else f"page{p}" if p else "batch_idx")
 @pytest.mark.parametrize("rotary, interleaved", [(False, True), (True, True), (True, False)],
                          ids=["plain", "rope", "neox"])
 @pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
 def test_cuda_matches_cpu(page_size, rotary, interleaved, packed):
     torch = _cuda_torch()
-    q, kc, vc, args = _kv_inputs(torch, page_size, rotary, packed, torch.bfloat16, seed=page_size + 3 * packed)
+    q, kc, vc, args = _kv_inputs(torch, page_size, rotary, packed, torch.bfloat16,
+                                 seed=(page_size or 0) + 3 * packed)
     cuda = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x
     q_d, kc_d, vc_d = cuda(q), cuda(kc), cuda(vc)
     args_d = {name: cuda(x) for name, x in args.items()}
@@ -217,15 +222,17 @@ def test_cuda_int_cache_seqlens_and_current_stream():
     torch.testing.assert_close(out.cpu().float(), ref.float(), rtol=0, atol=2e-3)
 
 
-def test_cuda_graph_decode_step():
+@pytest.mark.parametrize("paged", [True, False], ids=["paged", "contiguous"])
+def test_cuda_graph_decode_step(paged):
     """One decode step captured with device cache_seqlens, replayed after changing them in place:
-    the outputs and caches equal those of uncaptured calls on the same inputs, bit for bit."""
+    the outputs and caches equal those of uncaptured calls on the same inputs, bit for bit (the
+    graph's outputs poisoned with NaN before each replay)."""
     torch = _cuda_torch()
     torch.manual_seed(0)
     B, Hq, Hkv, D, page, max_pages = 2, 8, 2, 128, 16, 32
     dt = dict(device="cuda", dtype=torch.bfloat16)
-    table = torch.randperm(B * max_pages, dtype=torch.int32).reshape(B, max_pages).cuda()
-    kc0 = torch.randn(B * max_pages, page, Hkv, D, **dt)
+    table = torch.randperm(B * max_pages, dtype=torch.int32).reshape(B, max_pages).cuda() if paged else None
+    kc0 = torch.randn(B * max_pages, page, Hkv, D, **dt) if paged else torch.randn(B, page * max_pages, Hkv, D, **dt)
     vc0 = torch.randn_like(kc0)
     kc, vc = kc0.clone(), vc0.clone()
     q, k, v = torch.randn(B, 1, Hq, D, **dt), torch.randn(B, 1, Hkv, D, **dt), torch.randn(B, 1, Hkv, D, **dt)
@@ -249,8 +256,10 @@ def test_cuda_graph_decode_step():
         out_g, lse_g = step()
     for lens in ([100, 300], [7, 511], [0, 1], [257, 33]):
         kc.copy_(kc0), vc.copy_(vc0), seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+        out_g.fill_(float("nan")), lse_g.fill_(float("nan"))
         graph.replay()
         got = (out_g.clone(), lse_g.clone(), kc.clone(), vc.clone())
+        assert torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all(), lens
         kc.copy_(kc0), vc.copy_(vc0)
         out, lse = step()
         torch.cuda.synchronize()
