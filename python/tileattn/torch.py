@@ -105,8 +105,9 @@ _NO_INDEX = (None, None, None, None)
 def _backward_plain(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, varlen):
     """The backward on plain torch tensors: gradients from torch.empty (zeros for varlen), the
     work on q's current stream."""
-    if dout.is_cuda and dout.stride(-1) != 1:
-        dout = dout.contiguous()  # e.g. the expanded gradient of out.sum(); CUDA reads rows of D
+    if dout.is_cuda and (dout.stride(-1) != 1 or dout.data_ptr() % 16 or any(s % 8 for s in dout.stride()[:-1])):
+        # e.g. the expanded gradient of out.sum(): the CUDA kernels read 16-byte-aligned rows of D
+        dout = dout.contiguous()
     grads = _new_grads(q, k, v, zero=varlen)
     _C.backward(dout, q, k, v, out, lse, *grads, dlse, *index, max_q, max_k, varlen=varlen, **options,
                 stream=current_stream(q), deterministic=deterministic)
