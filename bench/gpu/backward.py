@@ -8,7 +8,9 @@ per implementation, by the one timer (bench/gpu/timer.py, both columns):
   fwd+bwd    the forward and that backward together.
 TFLOP/s as flash-attn counts them: the backward 2.5x the forward's 4*B*H*L*L*D (halved when
 causal), forward + backward 3.5x. peak_extra_bytes: the most memory a backward call allocates
-beyond its gradients.
+beyond its gradients through torch's allocator; tileattn's workspace (fp32 dsum and lse2, 2 x B
+x Hq x Lq floats) is stream-ordered CUDA memory that torch does not see, so its row also gives
+workspace_bytes, that size.
 """
 import sys
 
@@ -54,6 +56,8 @@ def measure(timer, name, q, k, v, dout, causal, release):
             row["peak_extra_bytes"] = (torch.cuda.max_memory_allocated() - base
                                        - sum(g.numel() * g.element_size() for g in grads))
             row["grads"] = grads
+            if name == "tileattn":
+                row["workspace_bytes"] = 2 * q.shape[0] * q.shape[2] * q.shape[1] * 4
             for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
                 for key, value in timer.time(call).items():
                     row[prefix + key] = value
