@@ -244,20 +244,16 @@ def flash_attn_func(
             "return_attn_probs=True: tileattn does not return attention probabilities; "
             "use tileattn.attention(..., return_lse=True) for the log-sum-exp"
         )
-    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
     try:
         return attention(
-            q, k, v, causal=causal, scale=softmax_scale, window=window_size, softcap=softcap,
-            deterministic=deterministic,
+            q, k, v, causal=causal, scale=softmax_scale, window=_flash_window(causal, window_size),
+            softcap=softcap, deterministic=deterministic,
         )
     except (TypeError, ValueError) as error:
-        # Name the arguments as this function's caller wrote them.
-        argument = getattr(error, "argument", None)
-        if argument not in _FLASH_ATTN_NAMES:
+        renamed = _flash_attn_error(error)
+        if renamed is None:
             raise
-        message = str(error).removeprefix(argument + ": ")
-        raise argument_error(type(error), _FLASH_ATTN_NAMES[argument], message) from None
+        raise renamed from None
 
 
 _FLASH_ATTN_NAMES = {
@@ -266,3 +262,19 @@ _FLASH_ATTN_NAMES = {
     "window[0]": "window_size[0]",
     "window[1]": "window_size[1]",
 }
+
+
+def _flash_window(causal, window_size):
+    """flash-attn's window under causal: the right side is 0."""
+    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        return (window_size[0], 0)
+    return window_size
+
+
+def _flash_attn_error(error):
+    """error with the argument named as a flash-attn-style caller wrote it; None when it names
+    no argument that was renamed (re-raise it as it is)."""
+    argument = getattr(error, "argument", None)
+    if argument not in _FLASH_ATTN_NAMES:
+        return None
+    return argument_error(type(error), _FLASH_ATTN_NAMES[argument], str(error).removeprefix(argument + ": "))

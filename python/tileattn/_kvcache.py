@@ -3,7 +3,7 @@
 import numbers
 
 from . import _C, _arrays
-from ._api import _check_options, argument_error
+from ._api import _check_options, _flash_attn_error, _flash_window, argument_error
 from ._varlen import _check_max, _not_supported
 
 _INDEX = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "cu_seqlens_k_new")
@@ -52,17 +52,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                                  ("scheduler_metadata", scheduler_metadata, None),
                                  ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):
         _not_supported(name, value, default)
-    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
     try:
-        options = _check_options(causal, softmax_scale, window_size, softcap, "auto", num_splits)
+        options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, "auto",
+                                 num_splits)
     except (TypeError, ValueError) as error:
-        names = {"scale": "softmax_scale", "window": "window_size", "window[0]": "window_size[0]",
-                 "window[1]": "window_size[1]"}
-        argument = getattr(error, "argument", None)
-        if argument not in names:
+        renamed = _flash_attn_error(error)
+        if renamed is None:
             raise
-        raise argument_error(type(error), names[argument], str(error).removeprefix(argument + ": ")) from None
+        raise renamed from None
     options.pop("kernel")
     kind = _arrays.kind_of(q, "q")
     arrays = {"k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v, "rotary_cos": rotary_cos,

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from . import _C, _arrays
-from ._api import _check_arrays_any_rank, _check_options, argument_error
+from ._api import _check_arrays_any_rank, _check_options, _flash_attn_error, _flash_window, argument_error
 
 _INDEX_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k")
 
@@ -142,21 +142,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                  ("v_descale", v_descale, None), ("attention_chunk", attention_chunk, 0),
                                  ("sm_margin", sm_margin, 0)):
         _not_supported(name, value, default)
-    if causal and isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        window_size = (window_size[0], 0)  # flash-attn: causal sets the right window to 0
     try:
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                 max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, causal=causal,
-                                scale=softmax_scale, window=window_size, softcap=softcap,
+                                scale=softmax_scale, window=_flash_window(causal, window_size), softcap=softcap,
                                 return_lse=bool(return_attn_probs), num_splits=num_splits,
                                 deterministic=deterministic)
     except (TypeError, ValueError) as error:
-        names = {"scale": "softmax_scale", "window": "window_size", "window[0]": "window_size[0]",
-                 "window[1]": "window_size[1]"}
-        argument = getattr(error, "argument", None)
-        if argument not in names:
+        renamed = _flash_attn_error(error)
+        if renamed is None:
             raise
-        raise argument_error(type(error), names[argument], str(error).removeprefix(argument + ": ")) from None
+        raise renamed from None
 
 
 def _swap_last(x, kind):

@@ -35,23 +35,8 @@ void check_like(const char* name, const TensorRef& t, const char* like_name, con
         name, "is on " + device_name(t.device) + " but " + like_name + " is on " + device_name(like.device));
 }
 
-std::pair<uintptr_t, uintptr_t> span(const TensorRef& t) {
-  if (t.numel() == 0) return {1, 0};
-  int64_t last = 0;
-  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
-  const auto lo = reinterpret_cast<uintptr_t>(t.data);
-  return {lo, lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype))) - 1};
-}
-
-bool overlaps(const TensorRef& a, const TensorRef& b) {
-  const auto x = span(a), y = span(b);
-  return x.first <= x.second && y.first <= y.second && x.first <= y.second && y.first <= x.second;
-}
-
-detail::Strides4 strides4(const TensorRef& t) {
-  return t.rank == 4 ? detail::Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
-                     : detail::Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
-}
+using detail::overlaps;
+using detail::strides4;
 
 // dlse: lse's shape ([batch, heads, seqlen_q], or [heads, total_q] for a packed q), on q's
 // device, fp32 (any float dtype for the oracle).

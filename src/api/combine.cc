@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "api/validate.h"
 #include "cpu/combine.h"
 #include "tileattn/error.h"
 #include "tileattn/varlen.h"
@@ -32,19 +33,7 @@ void check_dim(const char* name, const TensorRef& t, int d, const char* what, in
                           str(t.shape[d]) + ", expected " + str(expected) + " as in " + source);
 }
 
-// [lo, hi] bytes a view touches (empty: lo > hi).
-std::pair<uintptr_t, uintptr_t> span(const TensorRef& t) {
-  if (t.numel() == 0) return {1, 0};
-  int64_t last = 0;
-  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
-  const auto lo = reinterpret_cast<uintptr_t>(t.data);
-  return {lo, lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype))) - 1};
-}
-
-bool overlaps(const TensorRef& a, const TensorRef& b) {
-  const auto x = span(a), y = span(b);
-  return x.first <= x.second && y.first <= y.second && x.first <= y.second && y.first <= x.second;
-}
+using detail::overlaps;
 
 }  // namespace
 

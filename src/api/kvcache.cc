@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/kvcache_args.h"
+#include "api/validate.h"
 #include "common/convert.h"
 #include "cpu/cpu_forward.h"
 #include "tileattn/tileattn.h"

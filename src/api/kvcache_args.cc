@@ -126,11 +126,6 @@ void check_aliasing(const TensorRef& q, const KvCache& c, const TensorRef& out, 
 
 }  // namespace
 
-Strides4 strides4(const TensorRef& t) {
-  return t.rank == 4 ? Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
-                     : Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
-}
-
 KvPlan plan_kvcache(const TensorRef& q, const KvCache& c, const TensorRef& out, const TensorRef* lse,
                     const Options& options) {
   KvPlan plan;
@@ -252,7 +247,6 @@ AttnParams kvcache_params(const KvPlan& plan, const TensorRef& q, const KvCache&
   p.page_table = plan.paged ? table : nullptr;
   p.page_size = plan.page_size, p.page_table_stride = plan.max_pages;
   p.kv_batch_idx = batch_idx;
-  p.kv_cache = true;
   p.seqs.max_k = max_k;
   p.seqlen_k = max_k;
   return p;

@@ -39,7 +39,4 @@ AttnParams kvcache_params(const KvPlan& plan, const TensorRef& q, const KvCache&
                           const TensorRef* lse, const Options& options, int64_t max_k, const int32_t* table,
                           const int32_t* batch_idx);
 
-// [B, L, H, D] strides of a rank-4 view, or of a packed rank-3 one (batch stride 0).
-Strides4 strides4(const TensorRef& t);
-
 }  // namespace tileattn::detail

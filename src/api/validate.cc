@@ -72,6 +72,11 @@ Span span_of(const TensorRef& t) {
 
 }  // namespace
 
+Strides4 strides4(const TensorRef& t) {
+  return t.rank == 4 ? Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
+                     : Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
+}
+
 bool overlaps(const TensorRef& a, const TensorRef& b) {
   const Span x = span_of(a), y = span_of(b);
   if (x.empty || y.empty || a.device != b.device) return false;
@@ -255,14 +260,10 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   P.heads_kv = Hkv;
   P.head_dim = D;
   // A packed tensor is a dense one with batch stride 0, its rows offset per sequence.
-  auto s4 = [](const TensorRef& t) {
-    return t.rank == 4 ? Strides4{t.stride[0], t.stride[1], t.stride[2], t.stride[3]}
-                       : Strides4{0, t.stride[0], t.stride[1], t.stride[2]};
-  };
-  P.q_stride = s4(q);
-  P.k_stride = s4(k);
-  P.v_stride = s4(v);
-  P.out_stride = s4(out);
+  P.q_stride = strides4(q);
+  P.k_stride = strides4(k);
+  P.v_stride = strides4(v);
+  P.out_stride = strides4(out);
   if (lse)
     P.lse_stride = vq ? Strides3{0, lse->stride[0], lse->stride[1]}
                       : Strides3{lse->stride[0], lse->stride[1], lse->stride[2]};

@@ -27,6 +27,8 @@ std::optional<Error> check_rank(const char* name, const TensorRef& t, int rank, 
 // Whether two views share memory (on one device); whether a view's elements alias each other.
 bool overlaps(const TensorRef& a, const TensorRef& b);
 bool self_overlapping(const TensorRef& t);
+// [B, L, H, D] strides of a rank-4 view, or of a packed rank-3 one (batch stride 0).
+Strides4 strides4(const TensorRef& t);
 
 // The index tensors of a varlen call, checked for shape, dtype and layout (validate_seqlens.cc).
 struct SeqlensView {

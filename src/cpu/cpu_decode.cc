@@ -32,7 +32,7 @@ void run_item(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t h
   // bf16 K and V (D up to 32 widths) are read where they lie too, widened in registers.
   const bool bf16_in_place = unit && p.dtype == DType::kBFloat16 && D <= 32 * simd.width;
   // Blocks every row sees whole stream K and V in address order (dots_heads / axpy_heads).
-  const bool streams = (in_place || bf16_in_place) && simd.dots_heads != nullptr;
+  const bool streams = in_place || bf16_in_place;
   const float q_mul = p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e, cap_mul = p.softcap * kLog2e;
   // Row r = ((hk - hk0) * g + j) * Lq + i: query head hk * g + j, position i.
   const int64_t rows = (hk1 - hk0) * g * Lq;

@@ -1,4 +1,5 @@
 // cuda_limits.cc: what the CUDA kernels accept, as a pure function of the problem.
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -19,7 +20,7 @@ std::string sm90_rejects(const AttnParams& p) {
   // tensor, which is what a TMA tensor map loads: those caches run on the sm80 kernel. A
   // contiguous cache is a [B, capacity, Hkv, D] tensor with per-sequence lengths (and left
   // padding as the sequence's first key), which sm90's serving kernel reads as it is.
-  if (p.kv_cache && (p.page_table != nullptr || p.kv_batch_idx != nullptr))
+  if (p.page_table != nullptr || p.kv_batch_idx != nullptr)
     return "a paged KV cache or cache_batch_idx runs on the sm80 kernel, not sm90's TMA maps";
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
@@ -30,6 +31,21 @@ std::string sm90_rejects(const AttnParams& p) {
   for (int i = 0; i < 4; ++i)
     if ((!packed[i] && strides[i]->b <= 0) || strides[i]->l <= 0 || strides[i]->h <= 0)
       return "a zero stride has no TMA map";
+  return {};
+}
+
+// Four [B, L, H, D] tensors as the kernels read and write them: D contiguous, 16-byte cp.async
+// and vector stores, so every row start 16-byte aligned.
+Rejection layout_rejects(std::array<const char*, 4> names, std::array<const Strides4*, 4> strides,
+                         std::array<const void*, 4> ptrs) {
+  for (int i = 0; i < 4; ++i) {
+    const Strides4& s = *strides[i];
+    if (s.d != 1) return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
+    if (s.b % 8 || s.l % 8 || s.h % 8)
+      return {names[i], "strides (" + str(s.b) + ", " + str(s.l) + ", " + str(s.h) +
+                            ") must be multiples of 8 elements (16 bytes) on CUDA"};
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16) return {names[i], "data pointer is not 16-byte aligned"};
+  }
   return {};
 }
 
@@ -47,18 +63,11 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
   if (p.head_dim % 8 != 0 || p.head_dim > kCudaMaxHeadDim || sm80::padded_head_dim(p.head_dim) == 0)
     return {"q", "head_dim " + str(p.head_dim) +
                      " is not supported on CUDA; expected a multiple of 8 up to " + str(kCudaMaxHeadDim)};
-  const Strides4* strides[] = {&p.q_stride, &p.k_stride, &p.v_stride, &p.out_stride};
-  const char* names[] = {"q", "k", "v", "out"};
-  const void* ptrs[] = {p.q, p.k, p.v, p.out};
-  for (int i = 0; i < 4; ++i) {
-    const Strides4& s = *strides[i];
-    if (s.d != 1) return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
-    // 16-byte cp.async and vector stores: every row start must be 16-byte aligned.
-    if (s.b % 8 || s.l % 8 || s.h % 8)
-      return {names[i], "strides (" + str(s.b) + ", " + str(s.l) + ", " + str(s.h) +
-                            ") must be multiples of 8 elements (16 bytes) on CUDA"};
-    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16) return {names[i], "data pointer is not 16-byte aligned"};
-  }
+  if (Rejection r =
+          layout_rejects({"q", "k", "v", "out"}, {&p.q_stride, &p.k_stride, &p.v_stride, &p.out_stride},
+                         {p.q, p.k, p.v, p.out});
+      !r.ok())
+    return r;
   if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % 4)
     return {"lse", "data pointer is not 4-byte aligned"};
   // The kernel indexes positions within a sequence with 32-bit ints (memory offsets are 64-bit).
@@ -78,17 +87,11 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel) {
 }
 
 Rejection cuda_backward_rejects(const BackwardParams& b) {
-  const Strides4* strides[] = {&b.dout_stride, &b.dq_stride, &b.dk_stride, &b.dv_stride};
-  const char* names[] = {"dout", "dq", "dk", "dv"};
-  const void* ptrs[] = {b.dout, b.dq, b.dk, b.dv};
-  for (int i = 0; i < 4; ++i) {
-    const Strides4& s = *strides[i];
-    if (s.d != 1) return {names[i], "head_dim stride is " + str(s.d) + "; CUDA needs it to be 1"};
-    if (s.b % 8 || s.l % 8 || s.h % 8)
-      return {names[i], "strides (" + str(s.b) + ", " + str(s.l) + ", " + str(s.h) +
-                            ") must be multiples of 8 elements (16 bytes) on CUDA"};
-    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16) return {names[i], "data pointer is not 16-byte aligned"};
-  }
+  if (Rejection r = layout_rejects({"dout", "dq", "dk", "dv"},
+                                   {&b.dout_stride, &b.dq_stride, &b.dk_stride, &b.dv_stride},
+                                   {b.dout, b.dq, b.dk, b.dv});
+      !r.ok())
+    return r;
   if (b.dlse != nullptr && reinterpret_cast<uintptr_t>(b.dlse) % 4)
     return {"dlse", "data pointer is not 4-byte aligned"};
   // One CTA per (batch, head, 64 rows) and per (batch, KV head, 64 keys) on grid.x.

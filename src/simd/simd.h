@@ -54,9 +54,9 @@ struct SimdKernels {
   // sharing KV head h gets s[r * ld_s + j] = K(j, h) . q[r * D] with K(j, h) at K + j * k_pos +
   // h * k_head elements; and o[r * ld_o + d] += sum over j of w[r * ld_w + j] V(j, h)[d].
   void (*dots_heads)(const void* K, bool bf16, int64_t k_pos, int64_t k_head, int64_t n, int64_t heads,
-                     int64_t rows, const float* q, int64_t D, float* s, int64_t ld_s) = nullptr;
+                     int64_t rows, const float* q, int64_t D, float* s, int64_t ld_s);
   void (*axpy_heads)(const void* V, bool bf16, int64_t v_pos, int64_t v_head, int64_t n, int64_t heads,
-                     int64_t rows, const float* w, int64_t ld_w, float* o, int64_t ld_o, int64_t D) = nullptr;
+                     int64_t rows, const float* w, int64_t ld_w, float* o, int64_t ld_o, int64_t D);
 };
 
 // The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512|avx512bf16 caps it (tests).
