@@ -1,5 +1,6 @@
 // sm90_tiles_test.cc: the sm90 kernel's tile plan as pure functions (no GPU): when query heads
-// of one KV head are packed into a tile (GQA packing).
+// of one KV head are packed into a tile (GQA packing), and the boxes a paged cache's key block
+// loads as.
 #include <gtest/gtest.h>
 
 #include "cuda/sm90/tile_config.h"
@@ -31,6 +32,28 @@ TEST(Sm90Tiles, PackedGroupsDivideEveryTile) {
         EXPECT_EQ(64 % pack, 0) << lq << " " << group;
         EXPECT_EQ(block_m % pack, 0) << lq << " " << group;
       }
+}
+
+TEST(Sm90Tiles, PagedBlocksLoadAsBoxesWithinOnePage) {
+  EXPECT_EQ(page_box(16, 128), 16);    // 8 boxes a block
+  EXPECT_EQ(page_box(8, 128), 8);      // one swizzle atom a box
+  EXPECT_EQ(page_box(256, 128), 128);  // a block in one page
+  EXPECT_EQ(page_box(48, 128), 16);    // pages that straddle blocks
+  EXPECT_EQ(page_box(64, 80), 16);     // D = 256's blocks of 80
+  EXPECT_EQ(page_box(80, 80), 80);
+  EXPECT_EQ(page_box(1, 128), 0);  // boxes of less than a swizzle atom: the sm80 kernel
+  EXPECT_EQ(page_box(7, 128), 0);
+  EXPECT_EQ(page_box(20, 128), 0);  // gcd 4
+  EXPECT_EQ(page_box(0, 128), 0);
+  for (long long page = 1; page <= 1024; ++page)
+    for (int block_n : {80, 128}) {
+      const int box = page_box(page, block_n);
+      if (box == 0) continue;
+      EXPECT_EQ(page % box, 0) << page;  // a box never crosses a page
+      EXPECT_EQ(block_n % box, 0) << page;
+      EXPECT_EQ(box % 8, 0) << page;
+      EXPECT_LE(block_n / box, 32) << page;  // one page index per producer lane
+    }
 }
 
 }  // namespace

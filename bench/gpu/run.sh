@@ -15,6 +15,7 @@
 #             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward,kvcache);
 #             plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
+#   splits    decode_splits.py: decode TB/s against forced split counts, and a per-kernel profile
 #   transformers  transformers_bench.py: a Llama on tileattn beside sdpa (prefill, decode ms per
 #             token, padded-batch agreement), transformers.json
 # Stages run in the order given (default: build test sanitize python bench traffic). With
@@ -128,6 +129,11 @@ run_transformers() {
   run_install
   step transformers 420 python3 "$ROOT/bench/gpu/transformers_bench.py" --out "$OUT/transformers.json"
   grep -E "^(prefill|decode|padded)" "$LOG" | tail -8 >>"$SUMMARY"
+}
+run_splits() {
+  run_install
+  step splits 300 python3 "$ROOT/bench/gpu/decode_splits.py" --out "$OUT/decode_splits.json"
+  grep -E "TB/s|us/call" "$LOG" | tail -60 >>"$SUMMARY"
 }
 run_traffic() {
   step traffic 240 python3 "$ROOT/bench/gpu/traffic.py" "$BUILD/tools/tileattn" "$OUT/gpu_traffic.json"

@@ -6,8 +6,9 @@ A random-weight Llama (hidden 2048, 8 layers, 32 query / 8 KV heads of 64, bf16)
   prefill   the model's forward over B x L tokens (no cache), by the one timer (timer.py)
   decode    ms per generated token: (generate(N + 1 tokens) - generate(1 token)) / N, greedy,
             after a P-token prompt, median of a few runs (torch.cuda.synchronize around each)
-  agree     on a padded batch (right and left padding): the largest logit difference between
-            the two paths, and how many greedy tokens agree
+  agree     on a padded batch (right and left padding): each bf16 path's largest logit error
+            against the same model in fp32 (sdpa), tileattn's beside sdpa's and eager's (the 2x
+            rule), and how many greedy tokens tileattn and eager each share with sdpa
     python bench/gpu/transformers_bench.py --out transformers.json
 """
 import argparse
@@ -89,15 +90,23 @@ def main():
         mask[1, 200:] = 0
         mask[2, :120] = 0
         ids = ids.masked_fill(mask == 0, 0)
-        logits = {impl: m(input_ids=ids, attention_mask=mask).logits.float() for impl, m in models.items()}
+        models["eager"] = model("eager", args)
+        models["eager"].load_state_dict(models["sdpa"].state_dict())
+        reference = model("sdpa", args).float()
+        reference.load_state_dict(models["sdpa"].state_dict())
         valid = mask.bool()
-        diff = (logits["tileattn"] - logits["sdpa"]).abs()[valid].max().item()
-        scale = logits["sdpa"][valid].abs().max().item()
+        truth = reference(input_ids=ids, attention_mask=mask).logits.double()[valid]
+        del reference
+        err = {impl: (m(input_ids=ids, attention_mask=mask).logits.double()[valid] - truth).abs().max().item()
+               for impl, m in models.items()}
         left = ids[[0, 2]], mask[[0, 2]]  # generation with left padding (row 0 unpadded)
         gen = {impl: generate_ms(m, left[0], left[1], 32)[1][:, left[0].shape[1]:] for impl, m in models.items()}
-        agree = (gen["tileattn"] == gen["sdpa"]).float().mean().item()
-        rows.append(dict(kind="agree", max_logit_diff=diff, max_logit=scale, greedy_token_agreement=agree))
-        print(f"padded batch: max |logit diff| {diff:.4f} (logits up to {scale:.2f}); greedy tokens agree {agree:.3f}")
+        agree = {impl: (gen[impl] == gen["sdpa"]).float().mean().item() for impl in ("tileattn", "eager")}
+        rows.append(dict(kind="agree", max_logit_err=err, max_logit=truth.abs().max().item(),
+                         greedy_token_agreement_with_sdpa=agree))
+        print(f"padded batch: max |logit - fp32| tileattn {err['tileattn']:.4f} sdpa {err['sdpa']:.4f} eager "
+              f"{err['eager']:.4f} (logits up to {truth.abs().max().item():.2f}); greedy tokens shared with sdpa: "
+              f"tileattn {agree['tileattn']:.3f} eager {agree['eager']:.3f}")
     if args.out:
         meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, transformers=transformers.__version__,
                     timer=timers.describe(20, 3) + "; decode: perf_counter around generate()", layers=args.layers)

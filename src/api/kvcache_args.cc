@@ -246,6 +246,7 @@ AttnParams kvcache_params(const KvPlan& plan, const TensorRef& q, const KvCache&
   p.k_stride = strides4(c.k_cache), p.v_stride = strides4(c.v_cache);
   p.page_table = plan.paged ? table : nullptr;
   p.page_size = plan.page_size, p.page_table_stride = plan.max_pages;
+  p.cache_rows = c.k_cache.shape[0];
   p.kv_batch_idx = batch_idx;
   p.seqs.max_k = max_k;
   p.seqlen_k = max_k;

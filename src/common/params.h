@@ -49,10 +49,10 @@ struct AttnParams {
   // A KV cache's layout (forward_kvcache). With page_table, key/value position `pos` of sequence
   // b is slot pos % page_size of page page_table[b * page_table_stride + pos / page_size] (and
   // k_stride.b / v_stride.b are the page strides); else it is row pos of cache row kv_batch_idx[b]
-  // (null: b). In the memory the kernel runs on (host for the CPU, device for CUDA). On CUDA either
-  // one sends the problem to the sm80 kernel (sm90's TMA maps address whole tensors).
+  // (null: b). In the memory the kernel runs on (host for the CPU, device for CUDA). cache_rows
+  // is the cache's dim 0 (pages, or cache rows), which sm90's TMA maps span.
   const int32_t* page_table = nullptr;
-  int64_t page_size = 0, page_table_stride = 0;
+  int64_t page_size = 0, page_table_stride = 0, cache_rows = 0;
   const int32_t* kv_batch_idx = nullptr;
 
   Rescale rescale = Rescale::kConditional;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/sm80/tile_config.h"
+#include "cuda/sm90/tile_config.h"
 #include "dispatch/limits.h"
 #include "dispatch/select.h"
 
@@ -16,14 +17,17 @@ std::string str(int64_t x) { return std::to_string(x); }
 // compiled configs), nonempty sequences and nonzero strides (TMA maps; a packed varlen tensor's
 // batch stride is not used).
 std::string sm90_rejects(const AttnParams& p) {
-  // A KV cache's rows found through a page table or cache_batch_idx are not one box of one
-  // tensor, which is what a TMA tensor map loads: those caches run on the sm80 kernel. A
-  // contiguous cache is a [B, capacity, Hkv, D] tensor with per-sequence lengths (and left
-  // padding as the sequence's first key), which sm90's serving kernel reads as it is.
-  if (p.page_table != nullptr || p.kv_batch_idx != nullptr)
-    return "a paged KV cache or cache_batch_idx runs on the sm80 kernel, not sm90's TMA maps";
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
+  // A paged cache's key block loads as boxes that each lie in one page and start on a swizzle
+  // atom (sm90/tile_config.h, page_box); left padding would shift them off both.
+  if (p.page_table != nullptr) {
+    const int block_n = sm90::tile_config(static_cast<int>(p.head_dim)).block_n;
+    if (sm90::page_box(p.page_size, block_n) == 0)
+      return "page_size " + str(p.page_size) + " runs on the sm80 kernel (sm90 needs gcd(page_size, " +
+             str(block_n) + ") to be a multiple of 8)";
+    if (p.seqs.start_k != nullptr) return "a paged cache with cache_leftpad runs on the sm80 kernel";
+  }
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";
   const bool packed[4] = {p.seqs.cu_q != nullptr, p.seqs.cu_k != nullptr, p.seqs.cu_k != nullptr,
                           p.seqs.cu_q != nullptr};

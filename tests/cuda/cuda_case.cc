@@ -118,4 +118,18 @@ test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options) {
   return g;
 }
 
+bool sm90_available() {
+  static const bool available = [] {
+    void* d = nullptr;
+    if (cuda_device_count() == 0 || cudaMalloc(&d, 4096) != cudaSuccess) return false;
+    const TensorRef t = TensorRef::contiguous(d, DType::kBFloat16, {1, 1, 1, 64}, Device::cuda(0));
+    Options o;
+    o.kernel = Kernel::kCudaSm90;
+    const bool ok = supported(t, t, t, t, nullptr, o).ok;
+    cudaFree(d);
+    return ok;
+  }();
+  return available;
+}
+
 }  // namespace tileattn::cuda_test

@@ -49,6 +49,9 @@ Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner
 // GPU and judged against the oracle with eager's error on the CPU as the yardstick.
 Report run_case(const Problem& p, uint64_t seed = 1, int64_t nan_at_key = -1, const GpuRunner& runner = {});
 
+// Whether the sm90 kernel is selectable here: an sm_90 GPU and a build with sm90a kernels.
+bool sm90_available();
+
 // The backward of a case on the GPU: its inputs, forward results, gradients (poisoned) and index
 // tensors mirrored on the device (varlen in checked mode), the gradients back on the host.
 test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options);

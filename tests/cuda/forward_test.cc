@@ -18,19 +18,7 @@ bool supported_here(const Problem& p) { return p.head_dim % 8 == 0 && p.head_dim
 
 // Whether the sm90 kernel would take p: an sm_90 GPU, a build with it, a head dim it has.
 bool sm90_selectable(const Problem& p) {
-  static const bool hopper = [] {
-    void* d = nullptr;
-    if (cuda_device_count() == 0 || cudaMalloc(&d, 4096) != cudaSuccess) return false;
-    const auto ref = [&](int64_t h) {
-      return TensorRef::contiguous(d, DType::kBFloat16, {1, 1, h, 64}, Device::cuda(0));
-    };
-    Options o;
-    o.kernel = Kernel::kCudaSm90;
-    const bool ok = supported(ref(1), ref(1), ref(1), ref(1), nullptr, o).ok;
-    cudaFree(d);
-    return ok;
-  }();
-  return hopper && p.seqlen_q > 0 && p.seqlen_k > 0 &&
+  return sm90_available() && p.seqlen_q > 0 && p.seqlen_k > 0 &&
          (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
 }
 

@@ -1,9 +1,9 @@
-// kvcache_test.cc: forward_kvcache on the GPU (sm80 for paged caches and cache_batch_idx, also
-// on Hopper; sm90 on Hopper for a contiguous cache as one tensor): the CPU suite's
-// cases (tests/kvcache_case.h) and more, run in checked mode. Each: outputs poisoned first, the
-// appended slots within one ulp of the CPU forward_kvcache's on the same inputs, every other
-// cache byte unchanged, each sequence's output and LSE against the fp64 oracle on its gathered
-// keys by the 2x rule. Bad device-side index values name themselves and write nothing.
+// kvcache_test.cc: forward_kvcache on the GPU (on Hopper sm90 for contiguous caches and for pages
+// whose gcd with the key block is a multiple of 8, without left padding; sm80 for the rest and on
+// other GPUs): the CPU suite's cases (tests/kvcache_case.h) and more, run in checked mode. Each: outputs
+// poisoned first, the appended slots within one ulp of the CPU forward_kvcache's on the same inputs, every
+// other cache byte unchanged, each sequence's output and LSE against the fp64 oracle on its gathered keys by
+// the 2x rule. Bad device-side index values name themselves and write nothing.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,14 +18,15 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-// Pages of 1, 7 (odd), 16, 64 and 256 positions and a contiguous cache, each with four variants:
+// Pages of 1, 7 (odd), 8, 16, 48 (blocks straddle pages), 64 and 256 positions and a contiguous
+// cache, each with four variants:
 // a split decode step with rotary; 17 queries over a full cache with a window and no new keys;
 // left padding, NeoX rotary over part of the head, forced splits; a packed q and packed new keys
 // (one sequence with neither) with softcap, fp32 rotary tables and more splits than key blocks.
 std::vector<KvSpec> gpu_specs() {
   std::vector<KvSpec> out;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16})
-    for (int64_t page : {0, 1, 7, 16, 64, 256})
+    for (int64_t page : {0, 1, 7, 8, 16, 48, 64, 256})
       for (int variant = 0; variant < 4; ++variant) {
         KvSpec s;
         s.dtype = dtype, s.page_size = page;
@@ -44,8 +45,8 @@ std::vector<KvSpec> gpu_specs() {
           s.lens_q = {1, 17, 5}, s.lens_new = {2, 0, 17}, s.rotary = true, s.rotary_fp32 = true;
           s.options.softcap = 20.0f, s.options.causal = true, s.options.num_splits = 7;
         }
-        // Contiguous caches: variant 3 through cache_batch_idx (the sm80 kernel), the others as
-        // one tensor (the sm90 kernel on Hopper: left padding, rotated q, split-KV there too).
+        // Contiguous caches: variant 3 through cache_batch_idx, the others as one tensor. On
+        // Hopper variant 2 (left padding) of a paged cache runs on sm80.
         if (page == 0 && variant == 3) s.batch_idx = true;
         out.push_back(s);
       }
@@ -62,6 +63,9 @@ std::vector<KvSpec> gpu_specs() {
   wide.page_size = 16, wide.seqlens = {2047, 1, 1000}, wide.len_q = 2, wide.len_new = 2;
   wide.options.causal = true;
   out.push_back(wide);
+  KvSpec wide64 = wide;  // pages of 64 in D = 256's blocks of 80: boxes of 16
+  wide64.page_size = 64, wide64.seqlens = {1500, 77, 0};
+  out.push_back(wide64);
   return out;
 }
 
@@ -224,7 +228,26 @@ void graph_replay_matches_plain_calls(int64_t page_size) {
 
 TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
   SKIP_WITHOUT_GPU();
-  graph_replay_matches_plain_calls(16);  // paged: the sm80 kernel
+  graph_replay_matches_plain_calls(16);  // paged: the sm90 kernel on Hopper
+  graph_replay_matches_plain_calls(5);   // paged by 5: the sm80 kernel
+}
+
+// On Hopper the sm90 kernel takes the pages its boxes fit (forced here, so a quiet fall back to
+// sm80 would fail) and names a page size it does not take, writing nothing.
+TEST(KvCacheCuda, Sm90TakesPagedCachesOnHopper) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  for (int64_t page : {8, 16, 48}) {
+    KvSpec s;
+    s.dtype = DType::kBFloat16, s.page_size = page, s.d = 128, s.hq = 8, s.hkv = 2, s.capacity = 400;
+    s.seqlens = {130, 0, 383}, s.rotary = true, s.options.causal = true, s.options.kernel = Kernel::kCudaSm90;
+    SCOPED_TRACE(page);
+    test::check_kvcache(s, DeviceKind::kCUDA, run_kvcache_gpu);
+  }
+  KvSpec s = bad_base(7);
+  s.options.kernel = Kernel::kCudaSm90;
+  KvCase kc(s);
+  expect_rejected(kc, "q", "page_size 7");
 }
 
 TEST(KvCacheCuda, ContiguousDecodeStepCapturedInAGraph) {

@@ -44,11 +44,12 @@ struct KernelParams {
   float* o_part;
   float* lse_part;
   int64_t op_ss, op_sb, op_sl, op_sh, lp_ss, lp_sb, lp_sh;
-  // A KV cache (forward_kvcache; sm80 only): with page_table, key position pos of sequence b is
-  // slot pos % page_size of page page_table[b * page_table_stride + pos / page_size], k_sb / v_sb
+  // A KV cache (forward_kvcache): with page_table, key position pos of sequence b is slot
+  // pos % page_size of page page_table[b * page_table_stride + pos / page_size], k_sb / v_sb
   // being the page strides; else batch b's keys are in cache row kv_batch_idx[b] (null: b).
+  // sm90 loads a paged block as boxes of page_box rows, each within one page (launch.cuh).
   const int32_t* page_table;
-  int page_size;
+  int page_size, page_box;
   int64_t page_table_stride;
   const int32_t* kv_batch_idx;
   ScoreTransform transform;

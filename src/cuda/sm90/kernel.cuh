@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       Scheduler<Cfg>::produce(sm, p, tile_counter, [&](int64_t tile) {
         const Work w = work_of<Cfg, Mask, kServing>(p, tile);
         if (w.rows == 0) return;
-        produce_tile<Cfg>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
+        produce_tile<Cfg, kServing>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
         pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
       });
     }

@@ -61,53 +61,60 @@ void launch(const AttnParams& p, int pack, int splits) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const MapView vq = map_view(p.q_stride, p.batch, p.seqlen_q, p.seqs.varlen_q(), p.total_q);
   const MapView vo = map_view(p.out_stride, p.batch, p.seqlen_q, p.seqs.varlen_q(), p.total_q);
-  const MapView vk = map_view(p.k_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
-  const MapView vv = map_view(p.v_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
+  MapView vk = map_view(p.k_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
+  MapView vv = map_view(p.v_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
+  // A KV cache: [cache rows, capacity, Hkv, D] with cache_batch_idx, [pages, page_size, Hkv, D]
+  // paged, its boxes page_box rows.
+  const bool paged = p.page_table != nullptr;
+  const uint32_t kv_box = paged ? static_cast<uint32_t>(page_box(p.page_size, kCfg.block_n)) : kCfg.block_n;
+  if (paged || p.kv_batch_idx) {
+    const int64_t len = paged ? p.page_size : p.seqlen_k;
+    vk = MapView{p.k_stride, p.cache_rows, len}, vv = MapView{p.v_stride, p.cache_rows, len};
+  }
   const CUtensorMap tm_q =
       packed_map_of(p.q, bf16, vq.strides, vq.batch, vq.len, p.heads_q, kCfg.head_dim, pack, kCfg.block_m());
   // Each consumer stores its own 64 rows (a packed varlen q stores them without TMA).
   const CUtensorMap tm_o =
       packed_map_of(p.out, bf16, vo.strides, vo.batch, vo.len, p.heads_q, kCfg.head_dim, pack, 64);
-  const CUtensorMap tm_k =
-      map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kCfg.head_dim, kCfg.block_n);
-  const CUtensorMap tm_v =
-      map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, kCfg.block_n);
+  const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kCfg.head_dim, kv_box);
+  const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, kv_box);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
   auto* kernel = &attention_fwd_sm90<Cfg, T, Mask, kServing>;
   cuda::set_max_dynamic_smem<&attention_fwd_sm90<Cfg, T, Mask, kServing>>(kCfg.smem_bytes(), p.device_index);
-  cuda::run_split(
-      p, cuda::make_kernel_params(p, kCfg.block_m(), pack, splits), [&](const cuda::KernelParams& kp) {
-        int64_t ctas = kp.tiles;
-        // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
-        // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
-        // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
-        // since a graph may be replayed on any stream, next to other launches.
-        int* counter = nullptr;
-        struct GraphCounter {
-          int* ptr = nullptr;
-          cudaStream_t stream;
-          ~GraphCounter() {
-            if (ptr) cudaFreeAsync(ptr, stream);
-          }
-        } graph_counter{nullptr, stream};
-        if constexpr (Cfg::kCfg.persistent) {
-          const int64_t sms = cuda::device_info(p.device_index).sm_count;
-          ctas = ctas < sms ? ctas : sms;
-          cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-          TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-          if (capture == cudaStreamCaptureStatusNone) {
-            counter = cuda::stream_counter(p.device_index, p.cuda_stream);
-          } else {
-            TILEATTN_CUDA_CHECK(
-                cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
-            counter = graph_counter.ptr;
-            TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
-          }
-        }
-        kernel<<<dim3(static_cast<unsigned>(ctas)), Cfg::kCfg.threads(), Cfg::kCfg.smem_bytes(), stream>>>(
-            tm_q, tm_k, tm_v, tm_o, kp, counter);
-        TILEATTN_CUDA_CHECK_LAUNCH();
-      });
+  cuda::KernelParams params = cuda::make_kernel_params(p, kCfg.block_m(), pack, splits);
+  params.page_box = static_cast<int>(kv_box);
+  cuda::run_split(p, params, [&](const cuda::KernelParams& kp) {
+    int64_t ctas = kp.tiles;
+    // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
+    // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
+    // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
+    // since a graph may be replayed on any stream, next to other launches.
+    int* counter = nullptr;
+    struct GraphCounter {
+      int* ptr = nullptr;
+      cudaStream_t stream;
+      ~GraphCounter() {
+        if (ptr) cudaFreeAsync(ptr, stream);
+      }
+    } graph_counter{nullptr, stream};
+    if constexpr (Cfg::kCfg.persistent) {
+      const int64_t sms = cuda::device_info(p.device_index).sm_count;
+      ctas = ctas < sms ? ctas : sms;
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+      } else {
+        TILEATTN_CUDA_CHECK(
+            cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
+        counter = graph_counter.ptr;
+        TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
+      }
+    }
+    kernel<<<dim3(static_cast<unsigned>(ctas)), Cfg::kCfg.threads(), Cfg::kCfg.smem_bytes(), stream>>>(
+        tm_q, tm_k, tm_v, tm_o, kp, counter);
+    TILEATTN_CUDA_CHECK_LAUNCH();
+  });
 }
 
 // The dtype and mask policy of p (cuda/common/launch.cuh), the GQA packing and the split count,
@@ -121,7 +128,8 @@ void launch_for(const AttnParams& p) {
       (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m() * (p.heads_q / pack) * p.batch;
   const int splits =
       cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
-  const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k;
+  const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
+                       p.page_table || p.kv_batch_idx;
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;

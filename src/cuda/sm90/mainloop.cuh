@@ -28,48 +28,66 @@ namespace tileattn::detail::sm90 {
 // The producer warp on one tile: Q, then K and V block by block, lane 0 issuing. K runs one
 // block ahead of V (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
 // Persistent CTAs load K0 first (its slot frees once the last tile's scores are done) and Q
-// once the consumers released the last tile's. A ragged sequence's last V block: once it
+// once the consumers released the last tile's. A paged cache's block is boxes of page_box rows,
+// lane i looking up box i's page (kServing only). A ragged sequence's last V block: once it
 // landed, the whole warp zeroes its rows past the keys and signals v_tail.
-template <class Cfg>
+template <class Cfg, bool kServing>
 __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
                                              const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                                              const CUtensorMap* tm_v, const Work& w, const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   const int lane = threadIdx.x % 32;
-  const int32_t batch = p.seqs.cu_k ? 0 : w.b;  // a packed k is one long "batch" entry
+  // The K / V batch coordinate: a packed k is one long "batch" entry, a cache's is its row.
+  const int32_t batch = !kServing ? w.b : p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
+  const int32_t* const pages =
+      kServing && p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
   const int64_t blocks = w.blocks();
-  if (lane == 0) {
-    // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
-    auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
-                    int64_t j) {
+  // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
+  auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
+                  int64_t j) {
+    const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
+    int32_t page = 0;
+    const int box = p.page_box, boxes = pages ? kCfg.block_n / box : 0;
+    // Boxes past the keys read the last page the sequence uses: their K rows are masked and their
+    // V rows zeroed (w.tail).
+    if (lane < boxes) page = pages[min(key + lane * box, w.k_start + w.len_k - 1) / p.page_size];
+    if (lane == 0) {
       mbarrier_wait(empty, phase ^ 1);
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
-      const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
-      for (int c = 0; c < kChunks; ++c)
-        tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
-    };
-    auto load_k = [&](int64_t j) {
-      const Slot<Cfg> s(pipe.ring + j);
-      load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
-    };
-    auto load_v = [&](int64_t j) {
-      const Slot<Cfg> s(pipe.ring + j);
-      load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
-    };
-    if constexpr (kCfg.persistent) {
-      if (blocks > 0) load_k(0);
-      mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
+      if (!pages)
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
     }
+    for (int i = 0; i < boxes; ++i) {
+      const int32_t pg = __shfl_sync(0xffffffffu, page, i), slot = (key + i * box) % p.page_size;
+      if (lane == 0)
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(dst + (c * kCfg.block_n + i * box) * 128, tm, full, 64 * c, w.hk, slot, pg);
+    }
+  };
+  auto load_k = [&](int64_t j) {
+    const Slot<Cfg> s(pipe.ring + j);
+    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
+  };
+  auto load_v = [&](int64_t j) {
+    const Slot<Cfg> s(pipe.ring + j);
+    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
+  };
+  if constexpr (kCfg.persistent) {
+    if (blocks > 0) load_k(0);
+    if (lane == 0) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
+  }
+  if (lane == 0) {
     mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
     const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
     for (int c = 0; c < kChunks; ++c)
       tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0, w.h >> p.pack_shift,
                   w.q_start + (w.m0 >> p.pack_shift), q_batch);
-    for (int64_t j = 0; j <= blocks; ++j) {
-      if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
-      if (j > 0) load_v(j - 1);
-    }
+  }
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
+    if (j > 0) load_v(j - 1);
   }
   __syncwarp();
   if (w.tail) {

@@ -84,6 +84,18 @@ constexpr int pack_factor(long long seqlen_q, long long group, int block_m) {
   return packed < one_head ? static_cast<int>(group) : 1;
 }
 
+// A paged KV cache: a key block loads as boxes of gcd(page_size, block_n) rows, so that each box
+// lies in one page, and each box must hold whole 8-row swizzle atoms (1024 bytes) to land where
+// one box of block_n rows would. 0: no such box (the sm80 kernel takes the cache).
+constexpr int page_box(long long page_size, int block_n) {
+  long long a = page_size, b = block_n;
+  while (b != 0) {
+    const long long t = a % b;
+    a = b, b = t;
+  }
+  return page_size > 0 && a % 8 == 0 ? static_cast<int>(a) : 0;
+}
+
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
 template <int kD>
 struct DefaultConfig {

@@ -1,0 +1,73 @@
+"""Decode against the split count: where the split-KV decode's time goes, on one GPU.
+
+For each decode shape (B x 1 query against Lk keys, 32 query / 8 KV heads, D = 128, bf16) and
+each forced num_splits, tileattn.attention by the one timer (timer.py; plain and graph columns,
+TB/s of K and V read), beside the count the heuristic picks (num_splits=0) and SDPA cuDNN. Then
+a torch.profiler trace of the heuristic's calls splits the time per kernel (attention, combine,
+the L2 flush), so fixed costs show apart from streaming.
+    python bench/gpu/decode_splits.py --out decode_splits.json
+"""
+import argparse
+import collections
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tileattn
+import timer as timers
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="1x131072,8x16384,1x32768")
+    ap.add_argument("--splits", default="0,1,4,8,12,16,24,32,33,48,64,66,128")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    timer = timers.Timer(100, 10)
+    rows = []
+    for shape in args.shapes.split(","):
+        B, Lk = (int(x) for x in shape.split("x"))
+        q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Lk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        gbytes = 2.0 * k.numel() * k.element_size() / 1e9
+        calls = {f"tileattn splits={s}": (lambda s=s: tileattn.attention(q, k, v, num_splits=s))
+                 for s in (int(x) for x in args.splits.split(","))}
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+
+        calls["sdpa_cudnn"] = cudnn
+        for name, call in calls.items():
+            plain, graph = timer.time(call), timer.time_graph(call)
+            row = dict(B=B, Lk=Lk, impl=name, ms=plain["ms"], graph_ms=graph["ms"], sm_mhz=plain["sm_mhz"],
+                       tbps=gbytes / plain["ms"], graph_tbps=gbytes / graph["ms"])
+            rows.append(row)
+            print(f"{B:3d} x {Lk:6d} {name:22s} {row['tbps']:5.2f} TB/s  graph {row['graph_tbps']:5.2f}  "
+                  f"({plain['ms'] * 1e3:7.1f} us)", flush=True)
+        # Per-kernel time of the heuristic's calls, the L2 flush between them as the timer does it.
+        flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                flush.zero_()
+                calls["tileattn splits=0"]()
+            torch.cuda.synchronize()
+        per = collections.defaultdict(float)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                per[e.name[:80]] += e.device_time_total / 20.0
+        for name, us in sorted(per.items(), key=lambda x: -x[1]):
+            print(f"    {us:8.1f} us/call  {name}")
+        rows.append(dict(B=B, Lk=Lk, impl="profile tileattn splits=0", us_per_kernel=dict(per)))
+    if args.out:
+        meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, timer=timers.describe(100, 10))
+        with open(args.out, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
