@@ -72,12 +72,14 @@ int main() {
     failed += !r.ok();
   }
 
-  // A KV-cache decode step: the append kernel (rotary, a packed q, packed new keys) and the
-  // sm80 kernel through a page table of odd pages, split; against the CPU forward_kvcache.
-  {
+  // A KV-cache decode step: the append kernel (rotary, a packed q, packed new keys) and, split,
+  // the sm80 kernel through a page table of odd pages (with left padding), then pages of 16 (the
+  // sm90 kernel's boxes on Hopper); against the CPU forward_kvcache.
+  for (int64_t page : {7, 16}) {
     test::KvSpec s;
-    s.dtype = DType::kBFloat16, s.page_size = 7, s.d = 64, s.hq = 4, s.hkv = 2;
-    s.lens_q = {1, 2, 1}, s.lens_new = {1, 2, 0}, s.leftpad = {2, 0, 9};
+    s.dtype = DType::kBFloat16, s.page_size = page, s.d = 64, s.hq = 4, s.hkv = 2;
+    s.lens_q = {1, 2, 1}, s.lens_new = {1, 2, 0};
+    if (page == 7) s.leftpad = {2, 0, 9};
     s.rotary = true, s.interleaved = false, s.options.causal = true, s.options.num_splits = 3;
     test::KvCase gpu(s), cpu(s);
     Result r = gpu.fresh_outputs(), want = cpu.fresh_outputs();
