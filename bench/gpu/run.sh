@@ -3,9 +3,10 @@
 #   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real;
 #             SM90_FORWARD=OFF builds without the sm90 forward kernel, which is on by default)
 #   test      GPU tests (ctest -L cuda), then the CPU suite
-#   gputest   the GPU tests alone
+#   gputest   the GPU tests alone (GPU_TESTS=REGEX: those ctest names only)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
-#   python    pip install (no build isolation) and pytest tests/python (GPU tests included)
+#   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
+#             PYTEST_ARGS replaces the test selection)
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
 #             the lengths in TUNE_L (default 1024 4096 16384)
@@ -65,7 +66,7 @@ run_build() {
   grep -E "warning|spill" "$LOG" | grep -v "^===" | sort -u | head -20 >>"$SUMMARY"
 }
 run_gputest() {
-  step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 3
+  step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$LOG" | head -12 >>"$SUMMARY"
   grep -E "^\[  FAILED  \]" "$LOG" | sort -u | head -24 >>"$SUMMARY"
@@ -93,7 +94,7 @@ run_install() {  # the Python package, once per run
 }
 run_python() {
   run_install
-  step pytest 300 python3 -m pytest -q -rs "$ROOT/tests/python"
+  step pytest 300 python3 -m pytest -q -rs ${PYTEST_ARGS:-"$ROOT/tests/python"}
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)

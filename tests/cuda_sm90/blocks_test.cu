@@ -1,7 +1,7 @@
 // blocks_test.cu: the sm90 building blocks checked on the device before any kernel relies on
 // them: TMA loads (128-byte swizzle) completing on an mbarrier, wgmma SS and RS with K-major and
-// N-major B against a CPU GEMM, a TMA store, GQA packing's 5-D box, and setmaxnreg across
-// three warpgroups.
+// N-major B against a CPU GEMM, a TMA store, GQA packing's 5-D box, a paged block as boxes of
+// a few rows, and setmaxnreg across three warpgroups.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -289,6 +289,58 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
         ASSERT_EQ(out[at(l, h, d)], stored ? in[at(l, h, d)] : poison[0])
             << "l " << l << " h " << h << " d " << d;
       }
+}
+
+// A paged key block (mainloop.cuh, produce_tile): kPagedN rows of one 64-column chunk loaded as
+// boxes of kPagedBox rows from shuffled pages of a [pages, page_size, 1, 64] cache, each box
+// landing kPagedBox x 128 bytes further on. The rows must sit where one box of kPagedN rows over
+// the pages in order would put them: row r at smem row r, 16-byte unit u at u ^ (r % 8).
+constexpr int kPagedN = 128, kPagedBox = 16, kPagedPages = 12;
+
+__global__ void __launch_bounds__(32, 1)
+    paged_boxes(const __grid_constant__ CUtensorMap map, const int* pages, uint16_t* raw) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bar, 1);
+    fence_barrier_init();
+    mbarrier_arrive_expect_tx(&bar, kPagedN * 128);
+    for (int i = 0; i < kPagedN / kPagedBox; ++i)
+      tma_load_4d(smem + i * kPagedBox * 128, &map, &bar, 0, 0, 0, pages[i]);
+  }
+  __syncwarp();
+  mbarrier_wait(&bar, 0);
+  const uint16_t* words = reinterpret_cast<const uint16_t*>(smem);
+  for (int i = threadIdx.x; i < kPagedN * 64; i += blockDim.x) raw[i] = words[i];
+}
+
+TEST(Sm90Blocks, TmaBoxesFromPagesLandAsOneBlock) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int n = kPagedPages * kPagedBox * 64;  // pages of kPagedBox positions, 1 head, D = 64
+  std::vector<uint16_t> in(n);
+  for (int i = 0; i < n; ++i) in[i] = static_cast<uint16_t>(0x3c00 + (i % 8191));
+  const std::vector<int> pages = {5, 0, 11, 3, 7, 2, 9, 4};  // block row r: page pages[r / 16]
+  DeviceArray<uint16_t> din(n), draw(kPagedN * 64);
+  DeviceArray<int> dpages(static_cast<int>(pages.size()));
+  TILEATTN_CUDA_CHECK(cudaMemcpy(din.ptr, in.data(), n * 2, cudaMemcpyHostToDevice));
+  TILEATTN_CUDA_CHECK(
+      cudaMemcpy(dpages.ptr, pages.data(), pages.size() * sizeof(int), cudaMemcpyHostToDevice));
+  const uint64_t dims[4] = {64, 1, kPagedBox, kPagedPages};
+  const uint64_t strides[3] = {64 * 2, 64 * 2, kPagedBox * 64 * 2};
+  const uint32_t box[4] = {64, 1, kPagedBox, 1};
+  const CUtensorMap map = make_tensor_map_16bit(din.ptr, true, 4, dims, strides, box, true);
+  paged_boxes<<<1, 32, 1024 + kPagedN * 128>>>(map, dpages.ptr, draw.ptr);
+  TILEATTN_CUDA_CHECK(cudaGetLastError());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> raw(kPagedN * 64);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(raw.data(), draw.ptr, raw.size() * 2, cudaMemcpyDeviceToHost));
+  for (int r = 0; r < kPagedN; ++r)
+    for (int d = 0; d < 64; ++d) {
+      const int word = r * 64 + (((d / 8) ^ (r % 8)) * 8) + d % 8;
+      const int source = (pages[r / kPagedBox] * kPagedBox + r % kPagedBox) * 64 + d;
+      ASSERT_EQ(raw[word], in[source]) << "row " << r << " column " << d;
+    }
 }
 }  // namespace
 }  // namespace tileattn::detail::sm90
