@@ -29,7 +29,7 @@ namespace tileattn::detail::sm90 {
 // block ahead of V (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
 // Persistent CTAs load K0 first (its slot frees once the last tile's scores are done) and Q
 // once the consumers released the last tile's. A paged cache's block is boxes of page_box rows,
-// lane i looking up box i's page (kServing only). A ragged sequence's last V block: once it
+// lane i looking up and loading box i (kServing only). A ragged sequence's last V block: once it
 // landed, the whole warp zeroes its rows past the keys and signals v_tail.
 template <class Cfg, bool kServing>
 __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
@@ -59,11 +59,11 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
         for (int c = 0; c < kChunks; ++c)
           tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
     }
-    for (int i = 0; i < boxes; ++i) {
-      const int32_t pg = __shfl_sync(0xffffffffu, page, i), slot = (key + i * box) % p.page_size;
-      if (lane == 0)
-        for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(dst + (c * kCfg.block_n + i * box) * 128, tm, full, 64 * c, w.hk, slot, pg);
+    __syncwarp();  // the stage is free and its bytes expected: each lane issues its box
+    if (lane < boxes) {
+      const int32_t slot = (key + lane * box) % p.page_size;
+      for (int c = 0; c < kChunks; ++c)
+        tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
   };
   auto load_k = [&](int64_t j) {
