@@ -9,7 +9,9 @@ the L2 flush), so fixed costs show apart from streaming.
 """
 import argparse
 import collections
+import datetime
 import json
+import os
 import sys
 
 import torch
@@ -64,7 +66,9 @@ def main():
             print(f"    {us:8.1f} us/call  {name}")
         rows.append(dict(B=B, Lk=Lk, impl="profile tileattn splits=0", us_per_kernel=dict(per)))
     if args.out:
-        meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, timer=timers.describe(100, 10))
+        meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    gpu=torch.cuda.get_device_name(0), commit=os.environ.get("TILEATTN_COMMIT", ""),
+                    torch=torch.__version__, timer=timers.describe(100, 10))
         with open(args.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
 

@@ -12,7 +12,9 @@ A random-weight Llama (hidden 2048, 8 layers, 32 query / 8 KV heads of 64, bf16)
     python bench/gpu/transformers_bench.py --out transformers.json
 """
 import argparse
+import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -99,16 +101,30 @@ def main():
         del reference
         err = {impl: (m(input_ids=ids, attention_mask=mask).logits.double()[valid] - truth).abs().max().item()
                for impl, m in models.items()}
-        left = ids[[0, 2]], mask[[0, 2]]  # generation with left padding (row 0 unpadded)
-        gen = {impl: generate_ms(m, left[0], left[1], 32)[1][:, left[0].shape[1]:] for impl, m in models.items()}
-        agree = {impl: (gen[impl] == gen["sdpa"]).float().mean().item() for impl in ("tileattn", "eager")}
+        # Greedy generation, 16 prompts of 200 tokens left-padded by 0..115: random weights make
+        # near-flat logits, so one rounding flips a token and the rest of the row with it; many
+        # rows and the tokens before the first difference make the comparison a statistic.
+        gids = torch.randint(1, 32000, (16, 200), generator=g).cuda()
+        gmask = torch.ones_like(gids)
+        for r in range(16):
+            gmask[r, :(r * 29) % 116] = 0
+        gids = gids.masked_fill(gmask == 0, 0)
+        gen = {impl: generate_ms(m, gids, gmask, 32)[1][:, 200:] for impl, m in models.items()}
+        agree, prefix = {}, {}
+        for impl in ("tileattn", "eager"):
+            same = gen[impl] == gen["sdpa"]
+            agree[impl] = same.float().mean().item()
+            prefix[impl] = same.int().cumprod(dim=1).sum(dim=1).float().mean().item()
         rows.append(dict(kind="agree", max_logit_err=err, max_logit=truth.abs().max().item(),
-                         greedy_token_agreement_with_sdpa=agree))
+                         greedy_token_agreement_with_sdpa=agree, tokens_before_first_difference=prefix))
         print(f"padded batch: max |logit - fp32| tileattn {err['tileattn']:.4f} sdpa {err['sdpa']:.4f} eager "
-              f"{err['eager']:.4f} (logits up to {truth.abs().max().item():.2f}); greedy tokens shared with sdpa: "
-              f"tileattn {agree['tileattn']:.3f} eager {agree['eager']:.3f}")
+              f"{err['eager']:.4f} (logits up to {truth.abs().max().item():.2f}); greedy tokens shared with sdpa "
+              f"(16 x 32): tileattn {agree['tileattn']:.3f} eager {agree['eager']:.3f}; tokens before the first "
+              f"difference: tileattn {prefix['tileattn']:.1f} eager {prefix['eager']:.1f}")
     if args.out:
-        meta = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, transformers=transformers.__version__,
+        meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    commit=os.environ.get("TILEATTN_COMMIT", ""),
+                    gpu=torch.cuda.get_device_name(0), torch=torch.__version__, transformers=transformers.__version__,
                     timer=timers.describe(20, 3) + "; decode: perf_counter around generate()", layers=args.layers)
         with open(args.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)

@@ -1,5 +1,5 @@
 // combine.cu: the split-KV merge on the GPU: one warp per (sequence, row, head), the split
-// weights in shared memory, then each lane sums its columns over the splits.
+// weights in shared memory, then each lane sums its columns over the splits, many loads in flight.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -62,13 +62,28 @@ __global__ void __launch_bounds__(32 * kWarps) combine_kernel(const CombineParam
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   const float* o = c.o_part + b * c.o_sb + r * c.o_sl + h * c.o_sh;
   const int64_t out_row = b * c.out_sb + r * c.out_sl + h * c.out_sh;
-  for (int64_t d = lane; d < c.head_dim; d += 32) {
-    float acc = 0.0f;
+  // kCols columns a lane, the splits unrolled by 4: up to 32 independent loads in flight per lane
+  // (a split at a time would wait out one memory latency per split). Every split's slot is
+  // allocated; an empty split's (never written) value is read but weighs nothing by selection.
+  constexpr int kCols = 8;
+  for (int64_t d0 = 0; d0 < c.head_dim; d0 += 32 * kCols) {
+    float acc[kCols] = {};
+#pragma unroll 4
     for (int s = 0; s < c.splits; ++s) {
       const float w = weights[warp][s];
-      if (w != 0.0f) acc += w * o[s * c.o_ss + d * c.o_sd];  // an empty split's output is never read
+      const float* os = o + s * c.o_ss;
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        const int64_t d = d0 + lane + 32 * i;
+        const float x = d < c.head_dim ? os[d * c.o_sd] : 0.0f;
+        acc[i] += w != 0.0f ? w * x : 0.0f;
+      }
     }
-    store_element<T>(c.out, out_row + d * c.out_sd, nan ? NAN : acc * inv);
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int64_t d = d0 + lane + 32 * i;
+      if (d < c.head_dim) store_element<T>(c.out, out_row + d * c.out_sd, nan ? NAN : acc[i] * inv);
+    }
   }
   if (c.lse && lane == 0) c.lse[b * c.lse_sb + h * c.lse_sh + r * c.lse_sl] = merged_lse(m, sum, nan);
 }
