@@ -17,6 +17,9 @@ def plot_speed(bench, path):
     rows = [r for r in bench["rows"]
             if r.get("suite", "forward") == "forward" and "tflops" in r and not r.get("seed_shape")]
     dims = sorted({r["D"] for r in rows})
+    if not dims:  # a run without the forward suite: nothing to plot
+        print("plot: no forward rows in the bench JSON; no gpu_tflops.png")
+        return
     fig, axes = plt.subplots(len(dims), 2, figsize=(11, 4 * len(dims)), squeeze=False)
     for i, d in enumerate(dims):
         for j, causal in enumerate((False, True)):
