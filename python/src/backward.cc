@@ -65,10 +65,10 @@ void bind_backward(nb::module_& m) {
                 nb::handle cu_k, nb::handle used_q, nb::handle used_k, int64_t max_q, int64_t max_k,
                 bool varlen, bool causal, std::optional<double> scale, int64_t window_left,
                 int64_t window_right, double softcap, uintptr_t stream, bool u16_is_bf16, bool deterministic,
-                bool check_indices) {
+                bool check_indices, const std::string& kernel) {
           const Varlen index{cu_q, cu_k, used_q, used_k, max_q, max_k};
           Call call{causal,      scale,  window_left, window_right,  softcap,      stream,
-                    u16_is_bf16, "auto", 0,           check_indices, deterministic};
+                    u16_is_bf16, kernel, 0,           check_indices, deterministic};
           run(entry, Arguments{dout, q, k, v, out, lse, dq, dk, dv, dlse}, varlen ? &index : nullptr, call);
         },
         nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out").none(),
@@ -78,7 +78,7 @@ void bind_backward(nb::module_& m) {
         nb::arg("varlen") = false, nb::arg("causal") = false, nb::arg("scale").none() = nb::none(),
         nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
         nb::arg("stream") = 0, nb::arg("u16_is_bf16") = false, nb::arg("deterministic") = false,
-        nb::arg("check_indices") = false, doc);
+        nb::arg("check_indices") = false, nb::arg("kernel") = "auto", doc);
   };
   bind("backward", Entry::kBackward,
        "Runs tileattn::backward (varlen=True: backward_varlen), writing dq, dk, dv.");

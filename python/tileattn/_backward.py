@@ -50,7 +50,7 @@ def _run(entry, dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, var
 
 
 def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, window=(-1, -1), softcap=0.0,
-                       deterministic=False, dlse=None):
+                       deterministic=False, dlse=None, kernel="auto"):
     """The gradients of :func:`tileattn.attention`: ``(dq, dk, dv)`` for the output gradient dout.
 
     Args:
@@ -61,6 +61,10 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
         deterministic: the same bits on every run (a fixed order for every gradient sum).
         dlse: optional gradient with respect to ``lse`` (float32, shaped like it), for a loss
             that also uses the LSE (merging partial results does).
+        kernel: ``"auto"`` (on CUDA the sm80 backward), or ``"sm90"``: the Hopper backward (head
+            dims 64 and 128, dense batches; ValueError naming what it does not take), not yet
+            chosen by ``"auto"``. Plain torch tensors and other array kinds only (the torch op
+            that ``torch.compile`` traces takes ``"auto"``).
 
     Returns:
         ``(dq, dk, dv)`` shaped like q, k and v, in q's dtype, arrays of q's kind on q's device.
@@ -68,6 +72,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
         ``seqlen_q x seqlen_k`` is ever allocated.
     """
     options = _core_options(causal, scale, window, softcap)
+    options["kernel"] = _check_options(causal, scale, window, softcap, kernel)["kernel"]
     deterministic = _check_bool(deterministic, "deterministic")
     if _arrays.kind_of(q, "q") == "torch":
         from . import torch as tileattn_torch

@@ -339,6 +339,9 @@ def _call_backward_op(dout, q, k, v, out, lse, dlse, options, deterministic):
     deterministic = _deterministic(deterministic)
     if not _needs_op(q, k, v) and all(type(x) is torch.Tensor for x in (dout, out, lse)):
         return _backward_plain(dout, q, k, v, out, lse, dlse, _NO_INDEX, -1, -1, options, deterministic, False)
+    if options.get("kernel", "auto") != "auto":
+        raise _api.argument_error(ValueError, "kernel", f"{options['kernel']!r}: the torch op (torch.compile, "
+                                  "tensor subclasses) takes only 'auto'")
     o = options
     return _backward_op(dout, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"], o["window_right"],
                         o["softcap"], deterministic)

@@ -107,19 +107,34 @@ detail::BackwardParams prepare(const TensorRef& dout, const TensorRef& q, const 
   b.dq_stride = strides4(dq), b.dk_stride = strides4(dk), b.dv_stride = strides4(dv);
   b.grad_dtype = q.dtype;
   b.deterministic = options.deterministic;
+  b.kernel = options.kernel;
   return b;
 }
 
 void run(const detail::BackwardParams& b, const Device& device) {
   if (device.kind == DeviceKind::kCPU) {
+    if (b.kernel != Kernel::kAuto && b.kernel != Kernel::kCpuTiled)
+      throw Error("options.kernel",
+                  std::string(kernel_name(b.kernel)) + " runs on CUDA tensors, but q is on the CPU");
     detail::cpu::backward(b);
     return;
   }
-  // CUDA tensors: the forward's checks of q, k, v, out (and the device), then the backward's own.
-  const detail::Selection sel = detail::select_kernel(b.fwd, detail::device_caps(device), Kernel::kAuto);
+  // CUDA tensors: the forward's checks of q, k, v, out (and the device; sm90's when the sm90
+  // backward is asked for), then the backward's own.
+  const Kernel requested =
+      b.kernel == Kernel::kCpuTiled || b.kernel == Kernel::kCudaSm90 ? b.kernel : Kernel::kAuto;
+  const detail::Selection sel = detail::select_kernel(b.fwd, detail::device_caps(device), requested);
   if (!sel.ok()) throw Error(sel.argument, sel.reason);
   if (const detail::Rejection r = detail::cuda_backward_rejects(b); !r.ok())
     throw Error(r.argument, r.reason);
+  // The sm90 backward runs when asked for (Kernel::kCudaSm90) on a GPU and build that have it.
+  const bool sm90 = b.kernel == Kernel::kCudaSm90;
+  if (sm90) {
+    if (sel.kernel != Kernel::kCudaSm90)
+      throw Error("options.kernel", "the sm90 backward needs an sm_90 GPU and a build with sm90a kernels");
+    if (const detail::Rejection r = detail::sm90_backward_rejects(b); !r.ok())
+      throw Error(r.argument, r.reason);
+  }
 #if defined(TILEATTN_WITH_CUDA) && defined(TILEATTN_CUDA_BACKWARD)
   if (b.fwd.check_indices) {  // checked mode: device index tensors validated first
     detail::IndexFaultAt faults[2];
@@ -127,7 +142,7 @@ void run(const detail::BackwardParams& b, const Device& device) {
     for (int side = 0; side < 2; ++side)
       if (auto e = detail::index_fault_error(faults[side], side == 0)) throw *e;
   }
-  detail::cuda::backward(b);
+  detail::cuda::backward(b, sm90);
 #else
   throw Error("q", "is on " + device_name(device) +
                        ", but this build of tileattn has no CUDA backward (configure with "

@@ -86,6 +86,7 @@ struct BackwardParams {
   Strides3 dlse_stride;
   DType grad_dtype = DType::kFloat32;  // dq, dk, dv (the oracle writes fp64)
   bool deterministic = false;
+  Kernel kernel = Kernel::kAuto;  // Options::kernel: kCudaSm90 asks for the sm90 backward
 };
 
 // The element offset of key (or value, with its strides) position `pos` of sequence b, KV head

@@ -1,5 +1,6 @@
 // backward.cc: runs a validated backward on CUDA tensors: the per-row preprocessing into a
-// stream-ordered workspace, then the sm80 dK/dV and dQ kernels (every sm_80+ GPU, Hopper too).
+// stream-ordered workspace, then the sm80 dK/dV and dQ kernels (every sm_80+ GPU, Hopper too)
+// or, when asked for, the sm90 kernel (dK, dV and fp32 dQ sums in one pass) and dQ's conversion.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -8,6 +9,9 @@
 #include "cuda/cuda_api.h"
 #include "cuda/device_guard.h"
 #include "cuda/sm80/sm80.h"
+#if defined(TILEATTN_SM90_BACKWARD)
+#include "cuda/sm90/bwd.h"
+#endif
 
 namespace tileattn::detail::cuda {
 namespace {
@@ -32,9 +36,35 @@ class StreamBuffer {
   float* data_ = nullptr;
 };
 
+#if defined(TILEATTN_SM90_BACKWARD)
+// The sm90 backward: dq_accum (and dq_order in deterministic mode) zeroed on the stream, the
+// kernel, then dq from dq_accum.
+void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cudaStream_t stream) {
+  const AttnParams& p = b.fwd;
+  sm90::BwdParams kp{};
+  kp.f = k.f;
+  kp.dout = b.dout, kp.dk = b.dk, kp.dv = b.dv;
+  kp.do_sb = k.do_sb, kp.do_sl = k.do_sl, kp.do_sh = k.do_sh;
+  kp.dk_sb = k.dk_sb, kp.dk_sl = k.dk_sl, kp.dk_sh = k.dk_sh;
+  kp.dv_sb = k.dv_sb, kp.dv_sl = k.dv_sl, kp.dv_sh = k.dv_sh;
+  kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
+  kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
+  kp.n_blocks = (p.seqlen_k + sm90::kBwdBlockN - 1) / sm90::kBwdBlockN;
+  kp.m_blocks = (p.seqlen_q + sm90::kBwdBlockM - 1) / sm90::kBwdBlockM;
+  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * sm90::kBwdBlockM * p.head_dim;
+  const int64_t orders = b.deterministic ? p.batch * p.heads_q * kp.m_blocks : 0;
+  const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
+  kp.dq_accum = scratch.data();
+  kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;
+  TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, (accum + orders) * sizeof(float), stream));
+  sm90::backward(b, kp);
+  sm90::dq_from_accum(b, kp);
+}
+#endif
+
 }  // namespace
 
-void backward(const BackwardParams& b) {
+void backward(const BackwardParams& b, bool sm90) {
   const AttnParams& p = b.fwd;
   if (p.batch == 0 || p.heads_q == 0) return;  // no gradient element at all
   DeviceGuard guard(p.device_index);
@@ -44,6 +74,14 @@ void backward(const BackwardParams& b) {
   const sm80::BwdKernelParams kp = sm80::make_bwd_params(
       b, workspace.data(), workspace.data() == nullptr ? nullptr : workspace.data() + rows);
   sm80::bwd_preprocess(kp, p.dtype, p.cuda_stream);
+  if (sm90) {
+#if defined(TILEATTN_SM90_BACKWARD)
+    backward_sm90(b, kp, stream);
+    return;
+#else
+    throw RuntimeError("this build has no sm90 backward");
+#endif
+  }
   switch (sm80::bwd_padded_head_dim(p.head_dim)) {
     case 64:
       sm80::backward_hdim<64>(b, kp);

@@ -28,9 +28,9 @@ bool sm90_built();  // whether the sm90a kernels are compiled in
 // them), so the next launch on the stream, from any host thread, starts from zero.
 int* stream_counter(int device, void* stream);
 
-void forward(const AttnParams& p, Kernel kernel);  // a validated problem on device tensors
-void backward(const BackwardParams& b);            // a validated backward on device tensors
-void combine(const CombineParams& c);              // split-KV partial states merged (combine.cu)
+void forward(const AttnParams& p, Kernel kernel);   // a validated problem on device tensors
+void backward(const BackwardParams& b, bool sm90);  // a validated backward (sm90's or sm80's)
+void combine(const CombineParams& c);               // split-KV partial states merged (combine.cu)
 // Options::check_indices: p's device index tensors checked on the device by the host's checks
 // (one sync); faults[0] for the q side, faults[1] for the k side.
 void find_index_faults(const AttnParams& p, IndexFaultAt faults[2]);

@@ -112,4 +112,23 @@ Rejection cuda_backward_rejects(const BackwardParams& b) {
   return {};
 }
 
+Rejection sm90_backward_rejects(const BackwardParams& b) {
+  const AttnParams& p = b.fwd;
+#if !defined(TILEATTN_SM90_BACKWARD)
+  (void)p;
+  return {"options.kernel",
+          "this build has no sm90 backward (CUDA backward on and sm_90a in the architectures)"};
+#else
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return {"q", "head_dim " + str(p.head_dim) + " has no sm90 backward (64 and 128 do)"};
+  if (p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k)
+    return {"q", "varlen and seqused batches run on the sm80 backward"};
+  if (p.seqlen_q == 0 || p.seqlen_k == 0) return {"q", "an empty sequence has no TMA map"};
+  const Strides4* strides[5] = {&p.q_stride, &p.k_stride, &p.v_stride, &b.dout_stride, &b.dq_stride};
+  for (const Strides4* s : strides)
+    if (s->b <= 0 || s->l <= 0 || s->h <= 0) return {"q", "a zero stride has no TMA map"};
+  return {};
+#endif
+}
+
 }  // namespace tileattn::detail

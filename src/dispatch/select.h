@@ -39,5 +39,7 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
 // What the CUDA backward needs of its own tensors (dout, dq, dk, dv, dlse) and grids, on top of
 // what the forward's kernel selection checks of the forward's.
 Rejection cuda_backward_rejects(const BackwardParams& b);
+// Why the sm90 backward cannot run b (on top of the above and an sm90-capable selection).
+Rejection sm90_backward_rejects(const BackwardParams& b);
 
 }  // namespace tileattn::detail

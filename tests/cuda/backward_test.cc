@@ -1,10 +1,12 @@
-// backward_test.cc: the CUDA backward (sm80 kernels) against the fp64 oracle with eager's error on
-// the CPU as the yardstick, through the CPU suite's harness (backward_util.h): head dims of every
-// compiled kernel and padded ones, masks, softcap, GQA, off-grid lengths, varlen batches with
-// seqused (checked mode), the LSE's gradient, NaN, determinism over runs, bad arguments.
+// backward_test.cc: the CUDA backward (sm80 kernels; on Hopper also the sm90 kernel, asked for
+// with Kernel::kCudaSm90) against the fp64 oracle with eager's error on the CPU as the
+// yardstick, through the CPU suite's harness (backward_util.h): head dims of every compiled
+// kernel and padded ones, masks, softcap, GQA, off-grid lengths, varlen batches with seqused
+// (checked mode), the LSE's gradient, NaN, determinism over runs, bad arguments.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -137,6 +139,76 @@ TEST(CudaBackward, BadArgumentsNameThemselves) {
     ADD_FAILURE() << "accepted a CPU dq";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "dq") << e.what();
+  }
+}
+
+// The sm90 backward on the dense cases of the head dims it has (64, 128), each with its LSE
+// gradient too; it is asked for, so a quiet fall back to sm80 cannot pass for it.
+std::vector<Problem> sm90_cases() {
+  std::vector<Problem> out;
+  for (Problem p : dense_cases())
+    if (p.head_dim == 64 || p.head_dim == 128) {
+      p.options.kernel = Kernel::kCudaSm90;
+      out.push_back(p);
+    }
+  return out;
+}
+
+class CudaBackwardSm90 : public testing::TestWithParam<Problem> {};
+TEST_P(CudaBackwardSm90, MatchesOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  test::check_backward(GetParam(), false, gpu_backward);
+  test::check_backward(GetParam(), true, gpu_backward);
+}
+INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()), [](const auto& info) {
+  return info.param.name() + "_" + std::to_string(info.index);
+});
+
+// Deterministic mode orders the fp32 dQ additions by key block: the same bits over 1000 runs at
+// batch 60 (flash-attn's race-condition shape). Without it the additions race, and the results
+// stay within fp32 rounding of the deterministic ones.
+TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  for (int64_t d : {64, 128}) {
+    Problem p = make(60, 200, 300, 4, 2, d, DType::kBFloat16);
+    p.options.causal = true;
+    p.options.kernel = Kernel::kCudaSm90;
+    const BackwardCase bc(p);
+    Options o = p.options;
+    o.deterministic = true;
+    const Grads first = gpu_backward(bc, o);
+    for (int run = 0; run < 1000; ++run) {
+      const Grads again = gpu_backward(bc, o);
+      ASSERT_TRUE(again.dq.bytes() == first.dq.bytes() && again.dk.bytes() == first.dk.bytes() &&
+                  again.dv.bytes() == first.dv.bytes())
+          << "D " << d << " run " << run;
+    }
+    const Grads racing = gpu_backward(bc, p.options);
+    EXPECT_TRUE(racing.dk.bytes() == first.dk.bytes() && racing.dv.bytes() == first.dv.bytes());
+    double worst = 0, scale = 0;
+    first.dq.for_each([&](const test::Index& i) {
+      worst = std::max(worst, std::abs(racing.dq.get(i) - first.dq.get(i)));
+      scale = std::max(scale, std::abs(first.dq.get(i)));
+    });
+    EXPECT_LE(worst, 1e-2 * scale) << "D " << d;  // one bf16 rounding of sums that differ in fp32 order
+  }
+}
+
+// What the sm90 backward does not take, asked for, names itself: a head dim it has no kernel for,
+// and a varlen batch.
+TEST(CudaBackwardSm90, NamesWhatItDoesNotTake) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  Problem p = make(1, 20, 20, 2, 1, 96, DType::kBFloat16);
+  p.options.kernel = Kernel::kCudaSm90;
+  try {
+    gpu_backward(BackwardCase(p), p.options);
+    ADD_FAILURE() << "accepted head_dim 96";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "q") << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim 96"), std::string::npos) << e.what();
   }
 }
 

@@ -14,18 +14,6 @@
 
 namespace tileattn::detail::sm90 {
 
-// K and V: a 4-D map over a [B, L, H, D] tensor (D contiguous), innermost first: box = 64
-// head-dim elements (one 128-byte swizzle row) x 1 head x `rows` positions x 1 batch.
-inline CUtensorMap map_of(const void* base, bool bf16, const Strides4& st, int64_t batch, int64_t len,
-                          int64_t heads, int64_t head_dim, uint32_t rows) {
-  const uint64_t dims[4] = {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(heads),
-                            static_cast<uint64_t>(len), static_cast<uint64_t>(batch)};
-  const uint64_t strides[3] = {static_cast<uint64_t>(st.h) * 2, static_cast<uint64_t>(st.l) * 2,
-                               static_cast<uint64_t>(st.b) * 2};
-  const uint32_t box[4] = {64, 1, rows, 1};
-  return make_tensor_map_16bit(base, bf16, 4, dims, strides, box, true);
-}
-
 // Q and O: a 5-D map that packs `pack` query heads of one KV head into a tile's rows: dims
 // (D, pack, heads / pack, L, B), box 64 x pack x 1 x rows / pack x 1, so row r of a box is
 // position r / pack of head r % pack (pack 1: one head, rows are positions). Positions past L

@@ -10,3 +10,9 @@ if(TILEATTN_SM90_FORWARD AND TILEATTN_CUDA_ARCHITECTURES MATCHES "90a")
 elseif(TILEATTN_SM90_FORWARD)
   message(STATUS "tileattn: no sm_90a in TILEATTN_CUDA_ARCHITECTURES; the sm90 forward is left out")
 endif()
+# The sm90 backward (wgmma, TMA, dQ summed in fp32 by bulk reductions), with the CUDA backward.
+# Selected only when asked for (Options::kernel = kCudaSm90) until it has passed on an H200.
+if(TILEATTN_CUDA_BACKWARD AND TILEATTN_CUDA_ARCHITECTURES MATCHES "90a")
+  target_sources(tileattn PRIVATE ${CMAKE_CURRENT_LIST_DIR}/bwd.cu)
+  target_compile_definitions(tileattn PRIVATE TILEATTN_SM90_BACKWARD)
+endif()

@@ -1,0 +1,340 @@
+// bwd_kernel.cuh: the sm90 backward kernel (DESIGN.md section 7): one CTA per (batch, KV head,
+// 128 keys), two warpgroups of 64 keys each and no producer warpgroup: the first warp loads (TMA
+// for K and V once, and Q and dO of step i + 1 into the other of two stages while step i runs,
+// with that step's lse2 and dsum rows). 256 threads let ptxas give a thread up to 255 registers;
+// with a producer warpgroup (384 threads) it caps every thread at 168, whatever setmaxnreg later
+// grants (ptxas -v, nvcc 13.0), and the two accumulators dK and dV spill. A step is one query head of the
+// group and one block of 64 query rows that sees the keys:
+//   S^T = K Q^T, dP^T = V dO^T (wgmma m64n64, both operands from shared memory);
+//   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
+//   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);
+//   dS^T written to shared memory as dS [query][key]; dQ = dS K (each warpgroup one half of
+//   D at D = 128, the first one all of it at D = 64) staged in fp32 and added into the fp32
+//   dq_accum with one bulk reduction (cp.reduce.async.bulk .add.f32) a step; with dq_order the
+//   additions to a query block run in key-block order (deterministic mode).
+// dK and dV stay in registers over the steps and are written once at the end.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/mask.h"
+#include "cuda/common/kernel_params.h"
+#include "cuda/common/math.cuh"
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/bwd.h"
+#include "cuda/sm90/tma.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace tileattn::detail::sm90 {
+
+// Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
+// of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), dQ's
+// fp32 staging ([64][D], plain) and the barriers; every tile on a 1024-byte boundary.
+template <int kD>
+struct BwdSmem {
+  static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
+  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * kD * 4;
+  static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
+  static constexpr int kBytes =
+      1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + kDqBytes + 2 * kRowsBytes + 1024;
+  uint8_t* base;
+  __device__ uint8_t* k() const { return base; }
+  __device__ uint8_t* v() const { return base + kKBytes; }
+  __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
+  __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
+  __device__ uint8_t* ds() const { return base + 2 * kKBytes + 4 * kQBytes; }
+  __device__ float* dq() const { return reinterpret_cast<float*>(ds() + kDsBytes); }
+  // Stage s's lse2 (64 floats), then its dsum.
+  __device__ float* rows(int stage) const {
+    return reinterpret_cast<float*>(ds() + kDsBytes + kDqBytes + stage * kRowsBytes);
+  }
+  __device__ uint64_t* barriers() const {
+    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + kDqBytes + 2 * kRowsBytes);
+  }
+  // [0] K and V landed; [1 + s] stage s's Q and dO landed.
+  __device__ uint64_t* kv_full() const { return barriers(); }
+  __device__ uint64_t* qdo_full(int s) const { return barriers() + 1 + s; }
+};
+static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
+              "the D = 128 backward needs more shared memory than a CTA has");
+
+// Adds `bytes` of fp32 from shared memory into global memory (the L2 does the additions).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+// Waits until the committed bulk operations are complete (their global writes performed).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Accumulator element i of a thread in an m64nN wgmma tile: its row and column (wgmma_ops.cuh).
+__device__ __forceinline__ int acc_row(int i, int warp, int lane) {
+  return 16 * warp + lane / 4 + 8 * ((i >> 1) & 1);
+}
+__device__ __forceinline__ int acc_col(int i, int lane) { return 8 * (i >> 2) + 2 * (lane % 4) + (i & 1); }
+
+// The step's GEMM of two shared-memory tiles, m64n64, K = D: rows `a` (64 of a K-major tile)
+// times the 64 rows of `b` transposed.
+template <int kD, bool kBf16>
+__device__ __forceinline__ void gemm_rows(float* acc, const uint8_t* a, int a_rows, const uint8_t* b) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const int c = kk / 4, within = 32 * (kk % 4);
+    const uint64_t da = make_smem_desc(a + c * a_rows * 128 + within, 16, 1024);
+    const uint64_t db = make_smem_desc(b + c * kBwdBlockM * 128 + within, 16, 1024);
+    WgmmaOp<64, kBf16>::template ss<0>(acc, da, db, kk > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
+// acc (64 keys x D) += frag (64 keys x 64 rows, registers) times the step's [64 rows][D] tile.
+template <int kD, bool kBf16>
+__device__ __forceinline__ void gemm_frag(float* acc, const uint32_t (*frag)[4], const uint8_t* rows) {
+#pragma unroll
+  for (int kk = 0; kk < kBwdBlockM / 16; ++kk) {
+    const uint64_t db = make_smem_desc(rows + 2048 * kk, kBwdBlockM * 128, 1024);
+    WgmmaOp<kD, kBf16>::template rs<1>(acc, frag[kk], db, 1u);
+  }
+}
+
+template <int kD, class T, class Mask, class Load>
+__device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
+                                             int64_t hk, int64_t b, int m_begin, int m_count, int64_t steps,
+                                             const Load& load_step) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const cuda::KernelParams& f = p.f;
+  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
+  const bool issuer = w == 0 && tid == 0;
+  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
+  const int k0 = n_block * kBwdBlockN;
+  const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
+  const bool softcap = f.transform == cuda::ScoreTransform::kSoftcap;
+  // D = 128: each warpgroup computes dQ's columns of its own 64-column chunk; D = 64: the first
+  // one computes them all.
+  const bool do_dq = kD == 128 || w == 0;
+  const int dq_chunk = kD == 128 ? w : 0;
+
+  float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
+  mbarrier_wait<false>(sm.kv_full(), 0);
+
+  for (int64_t i = 0; i < steps; ++i) {
+    // Step i + 1's tiles into the other stage: step i - 1, its last reader, has passed both
+    // warpgroups' last barrier.
+    if (w == 0 && warp == 0 && i + 1 < steps) load_step(i + 1);
+    const int stage = static_cast<int>(i & 1);
+    const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
+    const int64_t h = hk * f.group + i / m_count;
+    const int m = m_begin + static_cast<int>(i % m_count), q0 = m * kBwdBlockM;
+    mbarrier_wait<false>(sm.qdo_full(stage), phase);
+    const float* lse2 = sm.rows(stage);
+    const float* dsum = lse2 + kBwdBlockM;
+    float s[32], dp[32];
+    gemm_rows<kD, kBf16>(s, sm.k() + 64 * w * 128, kBwdBlockN, sm.q(stage));      // S^T = K Q^T
+    gemm_rows<kD, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
+    wgmma_wait<0>();
+    fence_operands<32>(s);
+    fence_operands<32>(dp);
+
+    // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo.
+    const bool masked = q0 + kBwdBlockM > len_q || k0 + kBwdBlockN > len_k ||
+                        band.needs_mask(q0, min(q0 + kBwdBlockM, len_q), k0, kBwdBlockN, Mask::kMasks);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
+      float t = s[e];
+      if (softcap)
+        t = cuda::tanh_via_ex2(t * f.pre);
+      else if (f.transform == cuda::ScoreTransform::kNegate)
+        t = -t;
+      bool visible = true;
+      if (masked)
+        visible = key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0;
+      float g = dp[e] - dsum[c];
+      if (softcap) g *= 1.0f - t * t;
+      const float prob = visible ? cuda::ex2(fmaf(t, f.post, -lse2[c])) : 0.0f;
+      s[e] = prob;
+      dp[e] = visible ? prob * g : 0.0f;
+    }
+    uint32_t fp[4][4], fs[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        fp[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        fs[kk][r] = cuda::pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+      }
+    wgmma_fence();
+    gemm_frag<kD, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
+    gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));     // dK += dS^T Q
+    wgmma_commit();
+
+    // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
+    uint8_t* ds = sm.ds() + w * kBwdBlockM * 128;
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      const int r = acc_row(e, warp, lane), c = acc_col(e, lane);
+      const uint32_t bits = fs[e >> 3][(e & 7) >> 1] >> (16 * (e & 1));
+      *reinterpret_cast<uint16_t*>(ds + c * 128 + (((r >> 3) ^ (c & 7)) << 4) + (r & 7) * 2) =
+          static_cast<uint16_t>(bits & 0xffffu);
+    }
+    fence_proxy_async();
+    named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
+    float dq[32];
+    if (do_dq) {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBwdBlockN / 16; ++kk) {
+        const uint64_t da = make_smem_desc(sm.ds() + (kk / 4) * kBwdBlockM * 128 + 32 * (kk % 4), 16, 1024);
+        const uint64_t db =
+            make_smem_desc(sm.k() + dq_chunk * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
+        WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
+      }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_operands<kD / 2>(dk);
+    fence_operands<kD / 2>(dv);
+    if (do_dq) fence_operands<32>(dq);
+
+    // dQ through shared memory to one bulk addition into dq_accum.
+    if (issuer) tma_store_wait_read();     // the last step's addition has read the staging
+    named_sync(2, 2 * kWarpgroupThreads);  // (and every dQ GEMM of this step has read dS)
+    if (do_dq) {
+      float* out = sm.dq();
+#pragma unroll
+      for (int e = 0; e < 32; e += 2)
+        *reinterpret_cast<float2*>(out + acc_row(e, warp, lane) * kD + 64 * dq_chunk + acc_col(e, lane)) =
+            make_float2(dq[e], dq[e + 1]);
+    }
+    fence_proxy_async();
+    named_sync(2, 2 * kWarpgroupThreads);
+    if (issuer) {
+      float* dst = p.dq_accum + ((b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
+      int* order = p.dq_order ? p.dq_order + (b * f.heads_q + h) * p.m_blocks + m : nullptr;
+      if (order) {  // after the key blocks before this one that see the query block
+        int nb = 0, ne = 0;
+        band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
+        const uint32_t start = static_cast<uint32_t>(clock());
+        while (load_acquire(order) != n_block - nb)
+          if (static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();  // a turn that never comes
+        fence_proxy_async_global();
+      }
+      bulk_reduce_add_f32(dst, sm.dq(), kBwdBlockM * kD * 4);
+      tma_store_commit();
+      if (order) {
+        bulk_wait_all();
+        fence_proxy_async_global();
+        __threadfence();
+        atomicAdd(order, 1);
+      }
+    }
+  }
+  if (issuer) tma_store_wait_read();  // the CTA's shared memory outlives the last addition's reads
+
+  // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
+  T* dk_out = static_cast<T*>(p.dk) + b * p.dk_sb + hk * p.dk_sh;
+  T* dv_out = static_cast<T*>(p.dv) + b * p.dv_sb + hk * p.dv_sh;
+#pragma unroll
+  for (int e = 0; e < kD / 2; e += 2) {
+    const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
+    if (key < len_k) {
+      *reinterpret_cast<uint32_t*>(dk_out + key * p.dk_sl + c) =
+          cuda::pack2<T>(dk[e] * p.scale, dk[e + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_out + key * p.dv_sl + c) = cuda::pack2<T>(dv[e], dv[e + 1]);
+    }
+  }
+}
+
+template <int kD, class T, class Mask>
+__global__ void __launch_bounds__(256, 1)
+    attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                       const BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Smem = BwdSmem<kD>;
+  constexpr int kChunks = kD / 64;
+  extern __shared__ uint8_t smem_raw[];
+  const Smem sm{
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const cuda::KernelParams& f = p.f;
+  const int64_t linear = blockIdx.x;
+  const int n_block = static_cast<int>(linear % p.n_blocks);
+  const int64_t hk = (linear / p.n_blocks) % p.heads_kv, b = linear / p.n_blocks / p.heads_kv;
+  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
+  const int k0 = n_block * kBwdBlockN;
+  const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
+  int q_begin = 0, q_end = 0;
+  if (len_q > 0) band.query_rows(k0, min(k0 + kBwdBlockN, len_k), len_q, &q_begin, &q_end);
+  const int m_begin = q_begin / kBwdBlockM;
+  const int m_count = q_end > q_begin ? (q_end + kBwdBlockM - 1) / kBwdBlockM - m_begin : 0;
+  const int64_t steps = int64_t{m_count} * f.group;
+  const int lane = threadIdx.x % 32;
+  const int32_t bb = static_cast<int32_t>(b);
+
+  // Step i's Q and dO (lane 0, TMA, completing on qdo_full) and lse2 / dsum rows (the warp;
+  // 0 past the sequence: those columns are masked), by the first warp.
+  const auto load_step = [&](int64_t i) {
+    const int stage = static_cast<int>(i & 1);
+    const int64_t h = hk * f.group + i / m_count;
+    const int32_t q0 = (m_begin + static_cast<int32_t>(i % m_count)) * kBwdBlockM;
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
+      for (int c = 0; c < kChunks; ++c) {
+        tma_load_4d(sm.q(stage) + c * kBwdBlockM * 128, &tm_q, sm.qdo_full(stage), 64 * c,
+                    static_cast<int32_t>(h), q0, bb);
+        tma_load_4d(sm.dout(stage) + c * kBwdBlockM * 128, &tm_do, sm.qdo_full(stage), 64 * c,
+                    static_cast<int32_t>(h), q0, bb);
+      }
+    }
+    float* rows = sm.rows(stage);
+    const int64_t w0 = b * p.w_sb + h * p.w_sh + q0;
+    for (int r = lane; r < kBwdBlockM; r += 32) {
+      const bool ok = q0 + r < len_q;
+      rows[r] = ok ? p.lse2[w0 + r] : 0.0f;
+      rows[kBwdBlockM + r] = ok ? p.dsum[w0 + r] : 0.0f;
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(sm.kv_full(), 1);
+    for (int s = 0; s < 2; ++s) mbarrier_init(sm.qdo_full(s), 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (lane == 0) {
+      tma_prefetch_descriptor(&tm_q);
+      tma_prefetch_descriptor(&tm_do);
+      mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Smem::kKBytes);
+      for (int c = 0; c < kChunks; ++c) {
+        tma_load_4d(sm.k() + c * kBwdBlockN * 128, &tm_k, sm.kv_full(), 64 * c, static_cast<int32_t>(hk), k0,
+                    bb);
+        tma_load_4d(sm.v() + c * kBwdBlockN * 128, &tm_v, sm.kv_full(), 64 * c, static_cast<int32_t>(hk), k0,
+                    bb);
+      }
+    }
+    if (steps > 0) load_step(0);
+  }
+  __syncthreads();  // step 0's rows are written
+  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, load_step);
+#endif
+}
+
+}  // namespace tileattn::detail::sm90
