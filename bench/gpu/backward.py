@@ -10,7 +10,9 @@ TFLOP/s as flash-attn counts them: the backward 2.5x the forward's 4*B*H*L*L*D (
 causal), forward + backward 3.5x. peak_extra_bytes: the most memory a backward call allocates
 beyond its gradients through torch's allocator; tileattn's workspace (fp32 dsum and lse2, 2 x B
 x Hq x Lq floats) is stream-ordered CUDA memory that torch does not see, so its row also gives
-workspace_bytes, that size.
+workspace_bytes, that size. tileattn_sm90bwd: the forward and tileattn.attention_backward(...,
+kernel="sm90") called directly (the sm90 backward, which autograd does not choose yet; its
+fp32 dQ sums, 4 x B x Hq x L x D bytes, are stream-ordered too).
 """
 import sys
 
@@ -22,7 +24,7 @@ import tileattn
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
-IMPLS = ["tileattn"] + list(BACKENDS)
+IMPLS = ["tileattn", "tileattn_sm90bwd"] + list(BACKENDS)
 
 
 class _Nothing:
@@ -44,10 +46,18 @@ def measure(timer, name, q, k, v, dout, causal, release):
     row = {}
     try:
         with sdpa_kernel(BACKENDS[name]) if name in BACKENDS else _Nothing():
-            forward = _forward(name, q, k, v, causal)
-            out = forward()
-            backward = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-            both = lambda: torch.autograd.grad(forward(), (q, k, v), dout)
+            if name == "tileattn_sm90bwd":
+                qd, kd, vd = (x.detach() for x in (q, k, v))
+                forward = lambda: tileattn.attention(qd, kd, vd, causal=causal, return_lse=True)
+                out = forward()
+                bwd = lambda o: tileattn.attention_backward(dout, qd, kd, vd, *o, causal=causal, kernel="sm90")
+                backward = lambda: bwd(out)
+                both = lambda: bwd(forward())
+            else:
+                forward = _forward(name, q, k, v, causal)
+                out = forward()
+                backward = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+                both = lambda: torch.autograd.grad(forward(), (q, k, v), dout)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
@@ -56,8 +66,10 @@ def measure(timer, name, q, k, v, dout, causal, release):
             row["peak_extra_bytes"] = (torch.cuda.max_memory_allocated() - base
                                        - sum(g.numel() * g.element_size() for g in grads))
             row["grads"] = grads
-            if name == "tileattn":
+            if name.startswith("tileattn"):
                 row["workspace_bytes"] = 2 * q.shape[0] * q.shape[2] * q.shape[1] * 4
+            if name == "tileattn_sm90bwd":
+                row["workspace_bytes"] += q.shape[0] * q.shape[2] * (q.shape[1] + 63) // 64 * 64 * q.shape[3] * 4
             for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
                 for key, value in timer.time(call).items():
                     row[prefix + key] = value
