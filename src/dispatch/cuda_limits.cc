@@ -124,9 +124,11 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
   if (p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k)
     return {"q", "varlen and seqused batches run on the sm80 backward"};
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return {"q", "an empty sequence has no TMA map"};
-  const Strides4* strides[5] = {&p.q_stride, &p.k_stride, &p.v_stride, &b.dout_stride, &b.dq_stride};
-  for (const Strides4* s : strides)
-    if (s->b <= 0 || s->l <= 0 || s->h <= 0) return {"q", "a zero stride has no TMA map"};
+  const std::array<const char*, 4> names = {"q", "k", "v", "dout"};
+  const std::array<const Strides4*, 4> strides = {&p.q_stride, &p.k_stride, &p.v_stride, &b.dout_stride};
+  for (int i = 0; i < 4; ++i)
+    if (strides[i]->b <= 0 || strides[i]->l <= 0 || strides[i]->h <= 0)
+      return {names[i], "a zero stride has no TMA map (the sm90 backward loads it with TMA)"};
   return {};
 #endif
 }

@@ -182,10 +182,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       }
     wgmma_fence();
     gemm_frag<kD, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
-    gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));     // dK += dS^T Q
-    wgmma_commit();
-
-    // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
+    // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K),
+    // read from fs before the GEMM that takes fs as its A registers is issued.
     uint8_t* ds = sm.ds() + w * kBwdBlockM * 128;
 #pragma unroll
     for (int e = 0; e < 32; ++e) {
@@ -194,6 +192,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       *reinterpret_cast<uint16_t*>(ds + c * 128 + (((r >> 3) ^ (c & 7)) << 4) + (r & 7) * 2) =
           static_cast<uint16_t>(bits & 0xffffu);
     }
+    gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
+    wgmma_commit();
     fence_proxy_async();
     named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
     float dq[32];
