@@ -112,13 +112,9 @@ Rejection cuda_backward_rejects(const BackwardParams& b) {
   return {};
 }
 
+// The problem's rules first (testable in any build), then whether this build has the kernel.
 Rejection sm90_backward_rejects(const BackwardParams& b) {
   const AttnParams& p = b.fwd;
-#if !defined(TILEATTN_SM90_BACKWARD)
-  (void)p;
-  return {"options.kernel",
-          "this build has no sm90 backward (CUDA backward on and sm_90a in the architectures)"};
-#else
   if (p.head_dim != 64 && p.head_dim != 128)
     return {"q", "head_dim " + str(p.head_dim) + " has no sm90 backward (64 and 128 do)"};
   if (p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k)
@@ -129,6 +125,10 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
   for (int i = 0; i < 4; ++i)
     if (strides[i]->b <= 0 || strides[i]->l <= 0 || strides[i]->h <= 0)
       return {names[i], "a zero stride has no TMA map (the sm90 backward loads it with TMA)"};
+#if !defined(TILEATTN_SM90_BACKWARD)
+  return {"options.kernel",
+          "this build has no sm90 backward (CUDA backward on and sm_90a in the architectures)"};
+#else
   return {};
 #endif
 }

@@ -1,0 +1,121 @@
+// select_test.cc: kernel selection as the pure function it is (dispatch/select.h), on the
+// capabilities of a Hopper and an Ampere GPU that this machine need not have: which kernel runs
+// a KV cache (paged with the page sizes sm90's boxes fit, left padding, cache_batch_idx), what a
+// forced sm90 says when it cannot, and what the sm90 backward turns down.
+#include "dispatch/select.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace tileattn::detail {
+namespace {
+
+DeviceCaps gpu(int major, int minor) {
+  DeviceCaps c;
+  c.kind = DeviceKind::kCUDA, c.cuda_built = true, c.device_count = 1;
+  c.cc_major = major, c.cc_minor = minor, c.sm90_built = true;
+  return c;
+}
+
+// A decode step's problem on bf16 [B, L, H, D] tensors (addresses only: nothing is read).
+AttnParams decode(int64_t head_dim) {
+  AttnParams p;
+  p.q = p.k = p.v = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+  p.out = reinterpret_cast<void*>(uintptr_t{2} << 20);
+  p.dtype = p.out_dtype = DType::kBFloat16;
+  p.batch = 4, p.seqlen_q = 1, p.seqlen_k = 4096, p.heads_q = 32, p.heads_kv = 8, p.head_dim = head_dim;
+  const Strides4 q{32 * head_dim, 32 * head_dim, head_dim, 1},
+      kv{4096 * 8 * head_dim, 8 * head_dim, head_dim, 1};
+  p.q_stride = p.out_stride = q;
+  p.k_stride = p.v_stride = kv;
+  p.scale = 0.1f;
+  return p;
+}
+
+AttnParams paged(int64_t head_dim, int64_t page_size) {
+  static const int32_t table[1] = {0};
+  AttnParams p = decode(head_dim);
+  p.page_table = table, p.page_size = page_size, p.page_table_stride = 4096 / page_size + 1;
+  p.k_stride.b = p.v_stride.b = page_size * 8 * head_dim;  // the page stride
+  p.cache_rows = 1000;
+  return p;
+}
+
+Kernel chosen(const AttnParams& p, const DeviceCaps& caps = gpu(9, 0)) {
+  const Selection s = select_kernel(p, caps, Kernel::kAuto);
+  EXPECT_TRUE(s.ok()) << s.argument << ": " << s.reason;
+  return s.kernel;
+}
+
+TEST(Select, PagedCachesWhoseBoxesFitRunOnSm90) {
+  for (int64_t page : {8, 16, 32, 48, 64, 128, 256, 1024})
+    EXPECT_EQ(chosen(paged(128, page)), Kernel::kCudaSm90) << page;
+  for (int64_t page : {8, 16, 24, 64, 80, 160})
+    EXPECT_EQ(chosen(paged(256, page)), Kernel::kCudaSm90) << page;
+  EXPECT_EQ(chosen(paged(64, 16)), Kernel::kCudaSm90);
+}
+
+TEST(Select, OtherPagedCachesRunOnSm80) {
+  for (int64_t page : {1, 5, 7, 12, 20, 100}) EXPECT_EQ(chosen(paged(128, page)), Kernel::kCudaSm80) << page;
+  for (int64_t page : {4, 12, 20, 100}) EXPECT_EQ(chosen(paged(256, page)), Kernel::kCudaSm80) << page;
+}
+
+TEST(Select, LeftPaddingKeepsAPagedCacheOnSm80) {
+  static const int32_t leftpad[4] = {0, 1, 2, 3};
+  AttnParams p = paged(128, 16);
+  p.seqs.start_k = leftpad;
+  EXPECT_EQ(chosen(p), Kernel::kCudaSm80);
+  AttnParams contiguous = decode(128);  // a contiguous cache takes left padding on sm90
+  contiguous.seqs.start_k = leftpad;
+  EXPECT_EQ(chosen(contiguous), Kernel::kCudaSm90);
+}
+
+TEST(Select, CacheBatchIndexRunsOnSm90) {
+  static const int32_t rows[4] = {3, 1, 0, 2};
+  AttnParams p = decode(128);
+  p.kv_batch_idx = rows, p.cache_rows = 8;
+  EXPECT_EQ(chosen(p), Kernel::kCudaSm90);
+}
+
+TEST(Select, AmpereRunsEveryCacheOnSm80) {
+  EXPECT_EQ(chosen(paged(128, 16), gpu(8, 0)), Kernel::kCudaSm80);
+  EXPECT_EQ(chosen(decode(128), gpu(8, 6)), Kernel::kCudaSm80);
+}
+
+TEST(Select, ForcedSm90NamesThePageSizeItDoesNotTake) {
+  const Selection s = select_kernel(paged(128, 7), gpu(9, 0), Kernel::kCudaSm90);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.argument, "q");
+  EXPECT_NE(s.reason.find("page_size 7"), std::string::npos) << s.reason;
+}
+
+BackwardParams backward_of(const AttnParams& p) {
+  BackwardParams b;
+  b.fwd = p;
+  b.dout = p.q, b.dq = b.dk = b.dv = p.out;
+  b.dout_stride = b.dq_stride = p.q_stride, b.dk_stride = b.dv_stride = p.k_stride;
+  b.kernel = Kernel::kCudaSm90;
+  return b;
+}
+
+TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
+  AttnParams p = decode(96);
+  p.seqlen_q = 512, p.seqlen_k = 512;
+  Rejection r = sm90_backward_rejects(backward_of(p));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.reason.find("96"), std::string::npos) << r.reason;
+  static const int32_t used[4] = {1, 2, 3, 4};
+  p = decode(128);
+  p.seqs.used_k = used;
+  r = sm90_backward_rejects(backward_of(p));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.reason.find("varlen and seqused"), std::string::npos) << r.reason;
+  // A dense problem of a head dim it has: taken where the build has the kernel; a CPU-only or
+  // sm80-only build says it has none.
+  r = sm90_backward_rejects(backward_of(decode(128)));
+  EXPECT_TRUE(r.ok() || r.argument == "options.kernel") << r.argument << ": " << r.reason;
+}
+
+}  // namespace
+}  // namespace tileattn::detail
