@@ -289,6 +289,8 @@ std::string Problem::name() const {
   if (input_stddev != 1.0) os << "_sd" << number_name(input_stddev);
   if (!with_lse) os << "_nolse";
   if (o.num_splits > 0) os << "_splits" << o.num_splits;
+  if (o.kernel != Kernel::kAuto) os << "_" << kernel_name(o.kernel);
+  if (o.deterministic) os << "_det";
   int64_t total_q = 0, total_k = 0;
   for (int64_t x : lens_q) total_q += x;
   for (int64_t x : lens_k) total_k += x;

@@ -97,7 +97,8 @@ int main() {
 
 #if defined(TILEATTN_CUDA_BACKWARD)
   // The backward kernels (preprocessing, dK/dV in one pass and in two at D = 256, dQ; both mask
-  // policies, ragged ends, GQA, a varlen batch with seqused, an LSE gradient). Accuracy is the
+  // policies, ragged ends, GQA, a varlen batch with seqused, an LSE gradient; on Hopper the sm90
+  // backward too). Accuracy is the
   // GPU suite's job; here a result only has to be near the oracle (5% of the largest gradient).
   std::vector<Problem> backward_problems;
   for (int64_t d : {64, 96, 256}) {
@@ -112,6 +113,16 @@ int main() {
   bwd_varlen.heads_q = 4, bwd_varlen.heads_kv = 2, bwd_varlen.used_k = {100, 5, 200};
   bwd_varlen.options.window_left = 30;
   backward_problems.push_back(bwd_varlen);
+  if (sm90_available())  // the sm90 backward (asked for): both head dims, masked and deterministic
+    for (int64_t d : {64, 128}) {
+      Problem p;
+      p.dtype = DType::kBFloat16, p.seqlen_q = 90, p.seqlen_k = 200, p.head_dim = d, p.heads_q = 4,
+      p.heads_kv = 2, p.batch = 2;
+      p.options.kernel = Kernel::kCudaSm90;
+      backward_problems.push_back(p);
+      p.options.causal = true, p.options.softcap = 10.0f, p.options.deterministic = true;
+      backward_problems.push_back(p);
+    }
   for (const Problem& p : backward_problems) {
     const test::BackwardCase bc(p, true);
     const test::Grads ours = gpu_backward(bc, p.options), ref = bc.oracle();
