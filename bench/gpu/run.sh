@@ -13,7 +13,9 @@
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
-#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward,kvcache);
+#             suites from BENCH_SUITES (default gap,forward,decode,varlen,overhead,backward,kvcache),
+#             implementations from BENCH_IMPLS (e.g. tileattn,tileattn_sm90bwd,sdpa_cudnn for the
+#             backward), more bench.py arguments in BENCH_ARGS (e.g. --seqlens 1024,8192);
 #             plot.py (PNGs)
 #   traffic   traffic.py (ncu DRAM bytes beside the io model)
 #   splits    decode_splits.py: decode TB/s against forced split counts, and a per-kernel profile
@@ -123,7 +125,8 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
 run_bench() {
   run_install
   step bench 540 python3 "$ROOT/bench/gpu/bench.py" --out "$OUT/gpu_bench.json" \
-    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward,kvcache}" --tileattn-cli "$BUILD/tools/tileattn"
+    --suites "${BENCH_SUITES:-gap,forward,decode,varlen,overhead,backward,kvcache}" --tileattn-cli "$BUILD/tools/tileattn" \
+    ${BENCH_IMPLS:+--impls "$BENCH_IMPLS"} ${BENCH_ARGS:-}
   step plot 60 python3 "$ROOT/bench/gpu/plot.py" --bench "$OUT/gpu_bench.json" --outdir "$OUT"
 }
 run_transformers() {
