@@ -186,7 +186,9 @@ KvCache KvCase::args() const {
 
 void run_kvcache_cpu(KvCase& kc, Result* r, const Options& options) {
   const TensorRef lse = r->lse.ref();
-  forward_kvcache(kc.q.ref(), kc.args(), r->out.ref(), &lse, options);
+  Options o = options;
+  o.kernel = Kernel::kAuto;  // the CPU's kernel, whichever a GPU run of the case forces
+  forward_kvcache(kc.q.ref(), kc.args(), r->out.ref(), &lse, o);
 }
 
 void check_kvcache(const KvSpec& spec, DeviceKind device, const KvRun& run) {

@@ -69,7 +69,7 @@ using KvRun = std::function<void(KvCase& kc, Result* r, const Options& options)>
 // forward_kvcache's, and the outputs are judged with CUDA's tolerances.
 void check_kvcache(const KvSpec& spec, DeviceKind device, const KvRun& run);
 
-// forward_kvcache on the host tensors.
+// forward_kvcache on the host tensors (the CPU kernel, whatever options.kernel asks of a GPU).
 void run_kvcache_cpu(KvCase& kc, Result* r, const Options& options);
 
 }  // namespace tileattn::test

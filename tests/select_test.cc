@@ -1,7 +1,7 @@
 // select_test.cc: kernel selection as the pure function it is (dispatch/select.h), on the
 // capabilities of a Hopper and an Ampere GPU that this machine need not have: which kernel runs
 // a KV cache (paged with the page sizes sm90's boxes fit, left padding, cache_batch_idx), what a
-// forced sm90 says when it cannot, and what the sm90 backward turns down.
+// forced sm90 takes, and what the sm90 backward turns down.
 #include "dispatch/select.h"
 
 #include <gtest/gtest.h>
@@ -83,11 +83,17 @@ TEST(Select, AmpereRunsEveryCacheOnSm80) {
   EXPECT_EQ(chosen(decode(128), gpu(8, 6)), Kernel::kCudaSm80);
 }
 
-TEST(Select, ForcedSm90NamesThePageSizeItDoesNotTake) {
-  const Selection s = select_kernel(paged(128, 7), gpu(9, 0), Kernel::kCudaSm90);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.argument, "q");
-  EXPECT_NE(s.reason.find("page_size 7"), std::string::npos) << s.reason;
+TEST(Select, ForcedSm90TakesEveryPagedCache) {  // cp.async gathers where boxes do not fit
+  static const int32_t leftpad[4] = {0, 1, 2, 3};
+  AttnParams padded = paged(128, 16);
+  padded.seqs.start_k = leftpad;
+  for (const AttnParams& p : {paged(128, 7), paged(64, 1), paged(256, 20), padded}) {
+    EXPECT_TRUE(sm90_gathers(p));
+    const Selection s = select_kernel(p, gpu(9, 0), Kernel::kCudaSm90);
+    EXPECT_EQ(s.kernel, Kernel::kCudaSm90) << s.argument << ": " << s.reason;
+  }
+  EXPECT_FALSE(sm90_gathers(paged(128, 16)));
+  EXPECT_FALSE(sm90_gathers(decode(128)));
 }
 
 BackwardParams backward_of(const AttnParams& p) {

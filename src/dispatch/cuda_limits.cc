@@ -19,15 +19,6 @@ std::string str(int64_t x) { return std::to_string(x); }
 std::string sm90_rejects(const AttnParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim " + str(p.head_dim) + " has no sm90 kernel (64, 128 and 256 do)";
-  // A paged cache's key block loads as boxes that each lie in one page and start on a swizzle
-  // atom (sm90/tile_config.h, page_box); left padding would shift them off both.
-  if (p.page_table != nullptr) {
-    const int block_n = sm90::tile_config(static_cast<int>(p.head_dim)).block_n;
-    if (sm90::page_box(p.page_size, block_n) == 0)
-      return "page_size " + str(p.page_size) + " runs on the sm80 kernel (sm90 needs gcd(page_size, " +
-             str(block_n) + ") to be a multiple of 8)";
-    if (p.seqs.start_k != nullptr) return "a paged cache with cache_leftpad runs on the sm80 kernel";
-  }
   if (p.seqlen_q == 0 || p.seqlen_k == 0) return "an empty sequence has no TMA map";
   const bool packed[4] = {p.seqs.cu_q != nullptr, p.seqs.cu_k != nullptr, p.seqs.cu_k != nullptr,
                           p.seqs.cu_q != nullptr};
@@ -37,6 +28,19 @@ std::string sm90_rejects(const AttnParams& p) {
       return "a zero stride has no TMA map";
   return {};
 }
+
+}  // namespace
+
+// A paged cache's key block loads as TMA boxes that each lie in one page and start on a
+// swizzle atom (sm90/tile_config.h, page_box); other page sizes, and left padding (which would
+// shift the boxes off the atoms), are gathered row by row with cp.async (sm90/gather.cuh).
+bool sm90_gathers(const AttnParams& p) {
+  if (p.page_table == nullptr) return false;
+  const int block_n = sm90::tile_config(static_cast<int>(p.head_dim)).block_n;
+  return p.seqs.start_k != nullptr || sm90::page_box(p.page_size, block_n) == 0;
+}
+
+namespace {
 
 // Four [B, L, H, D] tensors as the kernels read and write them: D contiguous, 16-byte cp.async
 // and vector stores, so every row start 16-byte aligned.

@@ -39,6 +39,8 @@ Rejection cuda_kernel_rejects(const AttnParams& p, Kernel kernel);
 // What the CUDA backward needs of its own tensors (dout, dq, dk, dv, dlse) and grids, on top of
 // what the forward's kernel selection checks of the forward's.
 Rejection cuda_backward_rejects(const BackwardParams& b);
+// Whether sm90 would gather a paged cache with cp.async instead of TMA boxes (see cuda_limits.cc).
+bool sm90_gathers(const AttnParams& p);
 // Why the sm90 backward cannot run b (on top of the above and an sm90-capable selection).
 Rejection sm90_backward_rejects(const BackwardParams& b);
 

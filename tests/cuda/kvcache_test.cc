@@ -232,22 +232,22 @@ TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
   graph_replay_matches_plain_calls(5);   // paged by 5: the sm80 kernel
 }
 
-// On Hopper the sm90 kernel takes the pages its boxes fit (forced here, so a quiet fall back to
-// sm80 would fail) and names a page size it does not take, writing nothing.
+// On Hopper the sm90 kernel takes every paged cache when forced (so a quiet fall back to sm80
+// would fail): TMA boxes for pages of 8, 16 and 48, and cp.async gathers (which auto selection
+// does not choose yet) for pages of 1, 5 and 7 and for left padding.
 TEST(KvCacheCuda, Sm90TakesPagedCachesOnHopper) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
-  for (int64_t page : {8, 16, 48}) {
-    KvSpec s;
-    s.dtype = DType::kBFloat16, s.page_size = page, s.d = 128, s.hq = 8, s.hkv = 2, s.capacity = 400;
-    s.seqlens = {130, 0, 383}, s.rotary = true, s.options.causal = true, s.options.kernel = Kernel::kCudaSm90;
-    SCOPED_TRACE(page);
-    test::check_kvcache(s, DeviceKind::kCUDA, run_kvcache_gpu);
-  }
-  KvSpec s = bad_base(7);
-  s.options.kernel = Kernel::kCudaSm90;
-  KvCase kc(s);
-  expect_rejected(kc, "q", "page_size 7");
+  for (int64_t page : {8, 16, 48, 1, 5, 7})
+    for (bool leftpad : {false, true}) {
+      KvSpec s;
+      s.dtype = DType::kBFloat16, s.page_size = page, s.d = page % 2 ? 64 : 128, s.hq = 8, s.hkv = 2;
+      s.capacity = 400, s.seqlens = {130, 0, 383}, s.rotary = true, s.options.causal = true;
+      if (leftpad) s.leftpad = {3, 0, 50}, s.len_q = 3, s.len_new = 3, s.options.num_splits = 3;
+      s.options.kernel = Kernel::kCudaSm90;
+      SCOPED_TRACE(s.name());
+      test::check_kvcache(s, DeviceKind::kCUDA, run_kvcache_gpu);
+    }
 }
 
 TEST(KvCacheCuda, ContiguousDecodeStepCapturedInAGraph) {

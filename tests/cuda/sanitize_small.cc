@@ -74,13 +74,21 @@ int main() {
 
   // A KV-cache decode step: the append kernel (rotary, a packed q, packed new keys) and, split,
   // the sm80 kernel through a page table of odd pages (with left padding), then pages of 16 (the
-  // sm90 kernel's boxes on Hopper); against the CPU forward_kvcache.
-  for (int64_t page : {7, 16}) {
+  // sm90 kernel's boxes on Hopper), then the odd pages forced onto sm90 (its cp.async gathers);
+  // against the CPU forward_kvcache.
+  const struct {
+    int64_t page;
+    bool sm90;
+  } kv_runs[] = {{7, false}, {16, false}, {7, true}};
+  for (const auto& run : kv_runs) {
+    if (run.sm90 && !sm90_available()) continue;
+    const int64_t page = run.page;
     test::KvSpec s;
     s.dtype = DType::kBFloat16, s.page_size = page, s.d = 64, s.hq = 4, s.hkv = 2;
     s.lens_q = {1, 2, 1}, s.lens_new = {1, 2, 0};
     if (page == 7) s.leftpad = {2, 0, 9};
     s.rotary = true, s.interleaved = false, s.options.causal = true, s.options.num_splits = 3;
+    if (run.sm90) s.options.kernel = Kernel::kCudaSm90;
     test::KvCase gpu(s), cpu(s);
     Result r = gpu.fresh_outputs(), want = cpu.fresh_outputs();
     run_kvcache_gpu(gpu, &r, s.options);

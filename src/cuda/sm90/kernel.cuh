@@ -42,8 +42,10 @@ __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm) {
 }
 
 // Both roles walk the same tiles and count them alike (Pipe); a tile past its sequence's rows is
-// skipped by both. kServing: varlen, seqused or split-KV batches (scheduler.cuh, work_of).
-template <class Cfg, class T, class Mask, bool kServing>
+// skipped by both. kServing: varlen, seqused or split-KV batches (scheduler.cuh, work_of);
+// kGather: a paged cache gathered by cp.async (gather.cuh), a build of its own so the other
+// serving kernels keep their registers.
+template <class Cfg, class T, class Mask, bool kServing, bool kGather = false>
 __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     attention_fwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       Scheduler<Cfg>::produce(sm, p, tile_counter, [&](int64_t tile) {
         const Work w = work_of<Cfg, Mask, kServing>(p, tile);
         if (w.rows == 0) return;
-        produce_tile<Cfg, kServing>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
+        produce_tile<Cfg, kServing, kGather>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
         pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
       });
     }

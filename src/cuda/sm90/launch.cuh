@@ -42,7 +42,7 @@ inline MapView map_view(const Strides4& st, int64_t batch, int64_t len, bool pac
   return MapView{s, 1, total};
 }
 
-template <class Cfg, class T, class Mask, bool kServing>
+template <class Cfg, class T, class Mask, bool kServing, bool kGather = false>
 void launch(const AttnParams& p, int pack, int splits) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   static_assert(kCfg.smem_bytes() <= 227 * 1024, "the config needs more shared memory than a CTA may have");
@@ -52,9 +52,12 @@ void launch(const AttnParams& p, int pack, int splits) {
   MapView vk = map_view(p.k_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
   MapView vv = map_view(p.v_stride, p.batch, p.seqlen_k, p.seqs.cu_k != nullptr, p.total_k);
   // A KV cache: [cache rows, capacity, Hkv, D] with cache_batch_idx, [pages, page_size, Hkv, D]
-  // paged, its boxes page_box rows.
+  // paged, its boxes page_box rows; 0: gathered by cp.async (page sizes boxes do not fit, left
+  // padding), the maps then unused (boxes of one row, any page size takes).
   const bool paged = p.page_table != nullptr;
-  const uint32_t kv_box = paged ? static_cast<uint32_t>(page_box(p.page_size, kCfg.block_n)) : kCfg.block_n;
+  const uint32_t kv_box = !paged           ? kCfg.block_n
+                          : p.seqs.start_k ? 0u
+                                           : static_cast<uint32_t>(page_box(p.page_size, kCfg.block_n));
   if (paged || p.kv_batch_idx) {
     const int64_t len = paged ? p.page_size : p.seqlen_k;
     vk = MapView{p.k_stride, p.cache_rows, len}, vv = MapView{p.v_stride, p.cache_rows, len};
@@ -64,11 +67,15 @@ void launch(const AttnParams& p, int pack, int splits) {
   // Each consumer stores its own 64 rows (a packed varlen q stores them without TMA).
   const CUtensorMap tm_o =
       packed_map_of(p.out, bf16, vo.strides, vo.batch, vo.len, p.heads_q, kCfg.head_dim, pack, 64);
-  const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kCfg.head_dim, kv_box);
-  const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, kv_box);
+  const uint32_t map_rows = kv_box > 0 ? kv_box : 1;
+  const CUtensorMap tm_k =
+      map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kCfg.head_dim, map_rows);
+  const CUtensorMap tm_v =
+      map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kCfg.head_dim, map_rows);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.cuda_stream);
-  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask, kServing>;
-  cuda::set_max_dynamic_smem<&attention_fwd_sm90<Cfg, T, Mask, kServing>>(kCfg.smem_bytes(), p.device_index);
+  auto* kernel = &attention_fwd_sm90<Cfg, T, Mask, kServing, kGather>;
+  cuda::set_max_dynamic_smem<&attention_fwd_sm90<Cfg, T, Mask, kServing, kGather>>(kCfg.smem_bytes(),
+                                                                                   p.device_index);
   cuda::KernelParams params = cuda::make_kernel_params(p, kCfg.block_m(), pack, splits);
   params.page_box = static_cast<int>(kv_box);
   cuda::run_split(p, params, [&](const cuda::KernelParams& kp) {
@@ -121,7 +128,9 @@ void launch_for(const AttnParams& p) {
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
-    if (serving)
+    if (serving && p.page_table && (p.seqs.start_k || page_box(p.page_size, kCfg.block_n) == 0))
+      launch<Cfg, T, Mask, true, true>(p, pack, splits);
+    else if (serving)
       launch<Cfg, T, Mask, true>(p, pack, splits);
     else
       launch<Cfg, T, Mask, false>(p, pack, splits);

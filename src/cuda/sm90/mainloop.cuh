@@ -16,6 +16,7 @@
 #include "cuda/common/math.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/gather.cuh"
 #include "cuda/sm90/scheduler.cuh"
 #include "cuda/sm90/smem.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -29,9 +30,10 @@ namespace tileattn::detail::sm90 {
 // block ahead of V (K0, K1 V0, K2 V1, ...): the consumers need K j + 1 before they release V j.
 // Persistent CTAs load K0 first (its slot frees once the last tile's scores are done) and Q
 // once the consumers released the last tile's. A paged cache's block is boxes of page_box rows,
-// lane i looking up and loading box i (kServing only). A ragged sequence's last V block: once it
-// landed, the whole warp zeroes its rows past the keys and signals v_tail.
-template <class Cfg, bool kServing>
+// lane i looking up and loading box i, or (kGather) rows gathered by cp.async (gather.cuh;
+// kServing only). A ragged sequence's last V block: once it landed, the whole warp zeroes its
+// rows past the keys and signals v_tail.
+template <class Cfg, bool kServing, bool kGather>
 __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
                                              const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                                              const CUtensorMap* tm_v, const Work& w, const Pipe& pipe) {
@@ -43,10 +45,20 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   const int32_t* const pages =
       kServing && p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
   const int64_t blocks = w.blocks();
+  Gather<kCfg.head_dim, kCfg.block_n> gathers;
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
                   int64_t j) {
     const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
+    if constexpr (kGather) {
+      if (lane == 0) mbarrier_wait(empty, phase ^ 1);
+      __syncwarp();
+      const bool is_k = tm == tm_k;
+      gathers.issue(dst, static_cast<const uint8_t*>(is_k ? p.k : p.v), is_k ? p.k_sb : p.v_sb,
+                    is_k ? p.k_sl : p.v_sl, is_k ? p.k_sh : p.v_sh, w.hk, pages, p.page_size, key,
+                    w.k_start + w.len_k, full, lane);
+      return;
+    }
     int32_t page = 0;
     const int box = p.page_box, boxes = pages ? kCfg.block_n / box : 0;
     // Boxes past the keys read the last page the sequence uses: their K rows are masked and their
@@ -89,6 +101,7 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
     if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
     if (j > 0) load_v(j - 1);
   }
+  if constexpr (kGather) gathers.flush(lane);
   __syncwarp();
   if (w.tail) {
     const Slot<Cfg> s(pipe.ring + blocks - 1);
