@@ -5,7 +5,8 @@ decode suite's shapes (one query, bf16, 32 query heads on 8 KV heads of 128), by
 (both columns):
   contiguous  the cache [B, Lk, 8, 128] with cache_seqlens = Lk (a device tensor)
   paged P     the same keys in pages of P rows (P = 16, 64, 256), the page table a random
-              permutation of the pages
+              permutation of the pages; P = 4 as well, which auto selection runs on the sm80
+              kernel, and "paged 4 sm90": the same forced onto sm90's cp.async gathers (JSON rows)
   append      the step with its new token: k and v [B, 1, 8, 128] written at Lk - 1 with
               rotary (NeoX halves, rotary_dim 128) on them and on q, contiguous cache; the
               append's cost is its time minus the contiguous step's
@@ -18,6 +19,7 @@ import torch
 import tileattn
 
 PAGE_SIZES = (16, 64, 256)
+GATHER_PAGE = 4  # not a multiple of 8: sm80 by default, sm90 gathers when forced
 
 
 def kvcache_suite(args, timer, shapes, release):
@@ -32,7 +34,7 @@ def kvcache_suite(args, timer, shapes, release):
         seqlens = torch.full((B,), Lk, dtype=torch.int32, device="cuda")
         calls = {"contiguous": lambda: tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)}
         pages = {}
-        for P in PAGE_SIZES:
+        for P in PAGE_SIZES + (GATHER_PAGE,):
             if Lk % P:
                 continue
             n = B * Lk // P
@@ -45,6 +47,9 @@ def kvcache_suite(args, timer, shapes, release):
             pages[P] = (kp, vp, table)
             calls[f"paged {P}"] = (lambda kp=kp, vp=vp, table=table: tileattn.flash_attn_with_kvcache(
                 q, kp, vp, cache_seqlens=seqlens, page_table=table))
+            if P == GATHER_PAGE:
+                calls[f"paged {P} sm90"] = (lambda kp=kp, vp=vp, table=table: tileattn.flash_attn_with_kvcache(
+                    q, kp, vp, cache_seqlens=seqlens, page_table=table, kernel="sm90"))
         k_new, v_new = randn(B, 1, Hkv, D), randn(B, 1, Hkv, D)
         theta = torch.arange(Lk, device="cuda")[:, None] * 10000.0 ** (-torch.arange(D // 2, device="cuda") / (D // 2))
         cos, sin = theta.cos().to(torch.bfloat16), theta.sin().to(torch.bfloat16)

@@ -22,7 +22,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False, check_indices=False):
+                            return_softmax_lse=False, check_indices=False, kernel="auto"):
     """A drop-in for flash-attn 3's ``flash_attn_with_kvcache`` (a decoding step).
 
     q ``[batch, seqlen_q, heads_q, head_dim]`` (or packed ``[total_q, ...]`` with
@@ -41,7 +41,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     stream (index values are then trusted, not read back: no sync, so a step can be captured in
     a CUDA graph). ``check_indices=True`` (a tileattn extension) validates the index values on
     the device first, before anything is written (one sync): a bad value raises ``ValueError``
-    naming the argument.
+    naming the argument. ``kernel`` (a tileattn extension, as in :func:`tileattn.attention`):
+    ``"sm90"`` also runs paged caches that auto selection sends to the sm80 kernel (page sizes
+    that are not a multiple of 8, left padding) on Hopper's kernel.
 
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``rotary_seqlens``, ``attention_chunk``,
@@ -53,14 +55,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                                  ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):
         _not_supported(name, value, default)
     try:
-        options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, "auto",
+        options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, kernel,
                                  num_splits)
     except (TypeError, ValueError) as error:
         renamed = _flash_attn_error(error)
         if renamed is None:
             raise
         raise renamed from None
-    options.pop("kernel")
     kind = _arrays.kind_of(q, "q")
     arrays = {"k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v, "rotary_cos": rotary_cos,
               "rotary_sin": rotary_sin}

@@ -128,6 +128,9 @@ void forward_kvcache(const TensorRef& q, const KvCache& c, const TensorRef& out,
                      const Options& options) {
   const detail::KvPlan plan = detail::plan_kvcache(q, c, out, lse, options);
   if (q.device.kind == DeviceKind::kCPU) {
+    if (options.kernel != Kernel::kAuto && options.kernel != Kernel::kCpuTiled)
+      throw Error("options.kernel",
+                  std::string(kernel_name(options.kernel)) + " runs on CUDA tensors, but q is on the CPU");
     forward_kvcache_cpu(plan, q, c, out, lse, options);
     return;
   }

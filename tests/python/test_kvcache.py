@@ -111,6 +111,10 @@ def test_bad_arguments():
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), cache_seqlens=np.array([3], np.int64))
     with pytest.raises(NotImplementedError, match="qv"):
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), qv=q)
+    with pytest.raises(ValueError, match="^kernel: sm90 runs on CUDA tensors, but q is on the CPU"):
+        tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), k, k, cache_seqlens=np.array([3], np.int32), kernel="sm90")
+    with pytest.raises(ValueError, match="^kernel: 'tma', expected one of"):
+        tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), kernel="tma")
     np.testing.assert_array_equal(kc, before)
 
 
