@@ -234,14 +234,17 @@ TEST(KvCacheCuda, DecodeStepCapturedInAGraph) {
 
 // On Hopper the sm90 kernel takes every paged cache when forced (so a quiet fall back to sm80
 // would fail): TMA boxes for pages of 8, 16 and 48, and cp.async gathers (which auto selection
-// does not choose yet) for pages of 1, 5 and 7 and for left padding.
+// does not choose yet) for pages of 1, 5 and 7 and for left padding, at D = 64, 128 and 256.
 TEST(KvCacheCuda, Sm90TakesPagedCachesOnHopper) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
   for (int64_t page : {8, 16, 48, 1, 5, 7})
     for (bool leftpad : {false, true}) {
       KvSpec s;
-      s.dtype = DType::kBFloat16, s.page_size = page, s.d = page % 2 ? 64 : 128, s.hq = 8, s.hkv = 2;
+      // Gathers at every head dim: odd pages at D = 64 and (left-padded) 256, even pages with
+      // left padding at 128.
+      s.dtype = DType::kBFloat16, s.page_size = page, s.d = page % 2 ? (leftpad ? 256 : 64) : 128;
+      s.hq = 8, s.hkv = 2;
       s.capacity = 400, s.seqlens = {130, 0, 383}, s.rotary = true, s.options.causal = true;
       if (leftpad) s.leftpad = {3, 0, 50}, s.len_q = 3, s.len_new = 3, s.options.num_splits = 3;
       s.options.kernel = Kernel::kCudaSm90;
