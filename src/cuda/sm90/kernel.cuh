@@ -19,6 +19,14 @@
 
 namespace tileattn::detail::sm90 {
 
+// The cp.async gathers' address math wants more producer registers (at 32 or 40 they spill,
+// ptxas -v); the consumers give them up, which costs nothing: ptxas compiles them for the
+// CTA's launch share (168 registers at 384 threads, 128 at 512) whatever setmaxnreg grants.
+inline constexpr int kGatherProducerRegs = 56;
+constexpr int gather_consumer_regs(const TileConfig& c) {
+  return (65536 / 128 - kGatherProducerRegs) / c.consumers / 8 * 8;  // 224 (2 consumers), 152 (3)
+}
+
 template <class Cfg>
 __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm) {
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -60,7 +68,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   const int wg = warpgroup_index();
   Pipe pipe;
   if (wg == 0) {
-    warpgroup_reg_dealloc<kCfg.producer_regs()>();
+    warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kCfg.producer_regs()>();
     if (threadIdx.x < 32) {  // the producer warp
       if (threadIdx.x == 0) {
         tma_prefetch_descriptor(&tm_q);
@@ -75,7 +83,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       });
     }
   } else {
-    warpgroup_reg_alloc<kCfg.consumer_regs()>();
+    warpgroup_reg_alloc<kGather ? gather_consumer_regs(kCfg) : kCfg.consumer_regs()>();
     const int consumer = wg - 1;
     const Turns<Cfg> turn{consumer};
     if constexpr (kCfg.persistent) turn.start();
