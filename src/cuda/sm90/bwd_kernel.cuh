@@ -64,6 +64,12 @@ struct BwdSmem {
 static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
               "the D = 128 backward needs more shared memory than a CTA has");
 
+// A lane's share of a step's lse2 and dsum rows (rows lane and lane + 32), in flight.
+struct BwdRows {
+  float lse2[2], dsum[2];
+};
+static_assert(kBwdBlockM == 64, "BwdRows holds two rows a lane");
+
 // Adds `bytes` of fp32 from shared memory into global memory (the L2 does the additions).
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
@@ -112,10 +118,10 @@ __device__ __forceinline__ void gemm_frag(float* acc, const uint32_t (*frag)[4],
   }
 }
 
-template <int kD, class T, class Mask, class Load>
+template <int kD, class T, class Mask, class Load, class Put>
 __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
                                              int64_t hk, int64_t b, int m_begin, int m_count, int64_t steps,
-                                             const Load& load_step) {
+                                             const Load& load_step, const Put& put_rows) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -137,7 +143,9 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   for (int64_t i = 0; i < steps; ++i) {
     // Step i + 1's tiles into the other stage: step i - 1, its last reader, has passed both
     // warpgroups' last barrier.
-    if (w == 0 && warp == 0 && i + 1 < steps) load_step(i + 1);
+    const bool loads = w == 0 && warp == 0 && i + 1 < steps;
+    BwdRows next;
+    if (loads) next = load_step(i + 1);
     const int stage = static_cast<int>(i & 1);
     const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
     const int64_t h = hk * f.group + i / m_count;
@@ -208,6 +216,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       }
       wgmma_commit();
     }
+    if (loads) put_rows(i + 1, next);  // read at step i + 1, after this step's barriers
     wgmma_wait<0>();
     fence_operands<kD / 2>(dk);
     fence_operands<kD / 2>(dv);
@@ -288,8 +297,9 @@ __global__ void __launch_bounds__(256, 1)
   const int lane = threadIdx.x % 32;
   const int32_t bb = static_cast<int32_t>(b);
 
-  // Step i's Q and dO (lane 0, TMA, completing on qdo_full) and lse2 / dsum rows (the warp;
-  // 0 past the sequence: those columns are masked), by the first warp.
+  // Step i's Q and dO (lane 0, TMA, completing on qdo_full), and its lse2 / dsum rows fetched
+  // into the lanes' registers (0 past the sequence: those columns are masked), by the first
+  // warp; put_rows stores the rows later, so their loads' latency passes under the step's GEMMs.
   const auto load_step = [&](int64_t i) {
     const int stage = static_cast<int>(i & 1);
     const int64_t h = hk * f.group + i / m_count;
@@ -303,12 +313,23 @@ __global__ void __launch_bounds__(256, 1)
                     static_cast<int32_t>(h), q0, bb);
       }
     }
-    float* rows = sm.rows(stage);
+    BwdRows rows;
     const int64_t w0 = b * p.w_sb + h * p.w_sh + q0;
-    for (int r = lane; r < kBwdBlockM; r += 32) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r = lane + 32 * j;
       const bool ok = q0 + r < len_q;
-      rows[r] = ok ? p.lse2[w0 + r] : 0.0f;
-      rows[kBwdBlockM + r] = ok ? p.dsum[w0 + r] : 0.0f;
+      rows.lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
+      rows.dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
+    }
+    return rows;
+  };
+  const auto put_rows = [&](int64_t i, const BwdRows& rows) {
+    float* dst = sm.rows(static_cast<int>(i & 1));
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      dst[lane + 32 * j] = rows.lse2[j];
+      dst[kBwdBlockM + lane + 32 * j] = rows.dsum[j];
     }
   };
 
@@ -330,10 +351,11 @@ __global__ void __launch_bounds__(256, 1)
                     bb);
       }
     }
-    if (steps > 0) load_step(0);
+    if (steps > 0) put_rows(0, load_step(0));
   }
   __syncthreads();  // step 0's rows are written
-  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, load_step);
+  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, load_step,
+                            put_rows);
 #endif
 }
 
