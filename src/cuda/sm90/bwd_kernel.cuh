@@ -255,7 +255,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       }
     }
   }
-  if (issuer) tma_store_wait_read();  // the CTA's shared memory outlives the last addition's reads
+  if (issuer) bulk_wait_all();  // the last addition complete (its reads of shared memory and its writes)
 
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
   T* dk_out = static_cast<T*>(p.dk) + b * p.dk_sb + hk * p.dk_sh;
