@@ -43,8 +43,7 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
   const AttnParams& p = b.fwd;
   sm90::BwdParams kp{};
   kp.f = k.f;
-  kp.dout = b.dout, kp.dk = b.dk, kp.dv = b.dv;
-  kp.do_sb = k.do_sb, kp.do_sl = k.do_sl, kp.do_sh = k.do_sh;
+  kp.dk = b.dk, kp.dv = b.dv;
   kp.dk_sb = k.dk_sb, kp.dk_sl = k.dk_sl, kp.dk_sh = k.dk_sh;
   kp.dv_sb = k.dv_sb, kp.dv_sl = k.dv_sl, kp.dv_sh = k.dv_sh;
   kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;

@@ -35,9 +35,9 @@ std::string sm90_rejects(const AttnParams& p) {
 // swizzle atom (sm90/tile_config.h, page_box); other page sizes, and left padding (which would
 // shift the boxes off the atoms), are gathered row by row with cp.async (sm90/gather.cuh).
 bool sm90_gathers(const AttnParams& p) {
-  if (p.page_table == nullptr) return false;
-  const int block_n = sm90::tile_config(static_cast<int>(p.head_dim)).block_n;
-  return p.seqs.start_k != nullptr || sm90::page_box(p.page_size, block_n) == 0;
+  return p.page_table != nullptr &&
+         sm90::gathers_pages(p.page_size, p.seqs.start_k != nullptr,
+                             sm90::tile_config(static_cast<int>(p.head_dim)).block_n);
 }
 
 namespace {

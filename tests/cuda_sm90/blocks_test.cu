@@ -24,6 +24,10 @@ constexpr int kM = 64, kN = 128, kK = 64;  // one warpgroup: D [64 x 128] = A [6
 
 enum class Mode { kSS, kRS, kSSNMajor };
 
+// The 16-bit word that element (row r, column d) of a [rows][64] tile occupies once TMA wrote it
+// with the 128-byte swizzle: 16-byte unit d / 8 of row r sits at unit (d / 8) ^ (r % 8).
+int swizzled_word(int r, int d) { return r * 64 + (((d / 8) ^ (r % 8)) * 8) + d % 8; }
+
 __device__ uint8_t* align_1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t{1023});
 }
@@ -278,7 +282,7 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
   for (int r = 0; r < kPackRows; ++r)
     for (int d = 0; d < kPackD; ++d) {
       const int pos = r / kPack, head = kPack + r % kPack;
-      const int word = r * 64 + (((d / 8) ^ (r % 8)) * 8) + d % 8;
+      const int word = swizzled_word(r, d);
       const uint16_t want = pos < kPackL ? in[at(pos, head, d)] : 0;
       ASSERT_EQ(raw[word], want) << "row " << r << " column " << d;
     }
@@ -337,7 +341,7 @@ TEST(Sm90Blocks, TmaBoxesFromPagesLandAsOneBlock) {
   TILEATTN_CUDA_CHECK(cudaMemcpy(raw.data(), draw.ptr, raw.size() * 2, cudaMemcpyDeviceToHost));
   for (int r = 0; r < kPagedN; ++r)
     for (int d = 0; d < 64; ++d) {
-      const int word = r * 64 + (((d / 8) ^ (r % 8)) * 8) + d % 8;
+      const int word = swizzled_word(r, d);
       const int source = (pages[r / kPagedBox] * kPagedBox + r % kPagedBox) * 64 + d;
       ASSERT_EQ(raw[word], in[source]) << "row " << r << " column " << d;
     }

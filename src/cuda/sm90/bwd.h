@@ -17,10 +17,9 @@ inline constexpr int kBwdBlockM = 64, kBwdBlockN = 128;
 
 struct BwdParams {
   cuda::KernelParams f;  // q, k, v, out, lse, their strides, the sequences, mask and score transform
-  const void* dout;
   void* dk;
   void* dv;
-  int64_t do_sb, do_sl, do_sh, dk_sb, dk_sl, dk_sh, dv_sb, dv_sl, dv_sh;
+  int64_t dk_sb, dk_sl, dk_sh, dv_sb, dv_sl, dv_sh;  // q, k, v and dout are read through TMA maps
   // The preprocessing's fp32 rows [B, Hq, Lq]: lse2 = lse log2(e), dsum = rowsum(dO * O) - dlse.
   const float* lse2;
   const float* dsum;

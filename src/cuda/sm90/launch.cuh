@@ -55,9 +55,9 @@ void launch(const AttnParams& p, int pack, int splits) {
   // paged, its boxes page_box rows; 0: gathered by cp.async (page sizes boxes do not fit, left
   // padding), the maps then unused (boxes of one row, any page size takes).
   const bool paged = p.page_table != nullptr;
-  const uint32_t kv_box = !paged           ? kCfg.block_n
-                          : p.seqs.start_k ? 0u
-                                           : static_cast<uint32_t>(page_box(p.page_size, kCfg.block_n));
+  const uint32_t kv_box = !paged    ? kCfg.block_n
+                          : kGather ? 0u
+                                    : static_cast<uint32_t>(page_box(p.page_size, kCfg.block_n));
   if (paged || p.kv_batch_idx) {
     const int64_t len = paged ? p.page_size : p.seqlen_k;
     vk = MapView{p.k_stride, p.cache_rows, len}, vv = MapView{p.v_stride, p.cache_rows, len};
@@ -128,7 +128,7 @@ void launch_for(const AttnParams& p) {
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
-    if (serving && p.page_table && (p.seqs.start_k || page_box(p.page_size, kCfg.block_n) == 0))
+    if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
     else if (serving)
       launch<Cfg, T, Mask, true>(p, pack, splits);

@@ -99,6 +99,12 @@ constexpr int page_box(long long page_size, int block_n) {
   return page_size > 0 && a % 8 == 0 ? static_cast<int>(a) : 0;
 }
 
+// Paged caches whose pages those boxes do not fit (page_box 0), and paged caches with left
+// padding (which would shift the boxes off the atoms), are gathered by cp.async (gather.cuh).
+constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n) {
+  return left_padded || page_box(page_size, block_n) == 0;
+}
+
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
 template <int kD>
 struct DefaultConfig {
