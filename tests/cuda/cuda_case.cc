@@ -118,18 +118,25 @@ test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options) {
   return g;
 }
 
-bool sm90_available() {
-  static const bool available = [] {
+std::string sm90_unavailable_reason() {
+  static const std::string reason = [] {
     void* d = nullptr;
-    if (cuda_device_count() == 0 || cudaMalloc(&d, 4096) != cudaSuccess) return false;
-    const TensorRef t = TensorRef::contiguous(d, DType::kBFloat16, {1, 1, 1, 64}, Device::cuda(0));
+    if (cuda_device_count() == 0) return std::string("no CUDA device");
+    if (cudaMalloc(&d, 4 * 128) != cudaSuccess) return std::string("cudaMalloc failed");
+    // q, k, v and out in four distinct 128-byte rows (outputs may not alias inputs).
+    const auto at = [&](int i) {
+      return TensorRef::contiguous(static_cast<char*>(d) + 128 * i, DType::kBFloat16, {1, 1, 1, 64},
+                                   Device::cuda(0));
+    };
     Options o;
     o.kernel = Kernel::kCudaSm90;
-    const bool ok = supported(t, t, t, t, nullptr, o).ok;
+    const Support s = supported(at(0), at(1), at(2), at(3), nullptr, o);
     cudaFree(d);
-    return ok;
+    return s.ok ? std::string() : s.reason;
   }();
-  return available;
+  return reason;
 }
+
+bool sm90_available() { return sm90_unavailable_reason().empty(); }
 
 }  // namespace tileattn::cuda_test

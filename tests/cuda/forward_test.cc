@@ -296,5 +296,19 @@ TEST(ForwardCuda, Selection) {
   cudaFree(d);
 }
 
+// The tests forced onto the sm90 kernels skip where sm90_available() is false; on a Hopper with
+// those kernels built it must be true, or they would pass by skipping.
+TEST(ForwardCuda, Sm90TestsRunOnHopper) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+#if defined(TILEATTN_TEST_SM90_BUILT)
+  const bool expected = prop.major == 9 && prop.minor == 0;
+#else
+  const bool expected = false;
+#endif
+  EXPECT_EQ(sm90_available(), expected) << sm90_unavailable_reason();
+}
+
 }  // namespace
 }  // namespace tileattn::cuda_test
