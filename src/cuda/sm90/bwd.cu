@@ -35,23 +35,26 @@ void launch(const BackwardParams& b, const BwdParams& kp) {
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 
-// One thread per 8 elements of a row: two float4 reads of dq_accum, one 16-byte store.
+// One thread per float4 of dq_accum (bwd.h: a 64-row tile in the wgmma accumulators' order):
+// element j of float4 g of thread t in column chunk c sits at row 16 (t / 32) + (t % 32) / 4 +
+// 8 (j / 2) and column 64 c + 8 g + 2 (t % 4) + j % 2, so it holds two pairs of columns in rows
+// r and r + 8; rows past the sequence are not written.
 template <class T>
 __global__ void __launch_bounds__(256)
-    dq_convert(const float* accum, T* dq, int64_t rows_pad, int64_t len, int64_t heads, int64_t head_dim,
+    dq_convert(const float* accum, T* dq, int64_t m_blocks, int64_t len, int64_t heads, int64_t head_dim,
                int64_t sb, int64_t sl, int64_t sh, float scale, int64_t total) {
   const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (idx >= total) return;
-  const int64_t chunks = head_dim / 8, c = idx % chunks, row = idx / chunks;
-  const int64_t l = row % len, bh = row / len, h = bh % heads, b = bh / heads;
-  const float4* src = reinterpret_cast<const float4*>(accum + ((bh * rows_pad) + l) * head_dim + 8 * c);
-  const float4 lo = src[0], hi = src[1];
-  uint4 out;
-  out.x = cuda::pack2<T>(lo.x * scale, lo.y * scale);
-  out.y = cuda::pack2<T>(lo.z * scale, lo.w * scale);
-  out.z = cuda::pack2<T>(hi.x * scale, hi.y * scale);
-  out.w = cuda::pack2<T>(hi.z * scale, hi.w * scale);
-  *reinterpret_cast<uint4*>(dq + b * sb + l * sl + h * sh + 8 * c) = out;
+  const int64_t per_tile = kBwdBlockM * head_dim / 4, tile = idx / per_tile;
+  const int within = static_cast<int>(idx % per_tile), chunk = within / 1024, g = within % 1024 / 128,
+            t = within % 128;
+  const int64_t bh = tile / m_blocks, h = bh % heads, b = bh / heads;
+  const int64_t row = tile % m_blocks * kBwdBlockM + 16 * (t / 32) + t % 32 / 4;
+  const float4 v = reinterpret_cast<const float4*>(accum)[idx];
+  T* out = dq + b * sb + h * sh + 64 * chunk + 8 * g + 2 * (t % 4);
+  if (row < len) *reinterpret_cast<uint32_t*>(out + row * sl) = cuda::pack2<T>(v.x * scale, v.y * scale);
+  if (row + 8 < len)
+    *reinterpret_cast<uint32_t*>(out + (row + 8) * sl) = cuda::pack2<T>(v.z * scale, v.w * scale);
 }
 
 }  // namespace
@@ -72,17 +75,16 @@ void backward(const BackwardParams& b, const BwdParams& kp) {
 
 void dq_from_accum(const BackwardParams& b, const BwdParams& kp) {
   const AttnParams& p = b.fwd;
-  const int64_t total = p.batch * p.heads_q * p.seqlen_q * (p.head_dim / 8);
+  const int64_t total = p.batch * p.heads_q * kp.m_blocks * kBwdBlockM * p.head_dim / 4;
   if (total == 0) return;
   const auto grid = static_cast<unsigned>((total + 255) / 256);
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
-  const int64_t rows_pad = kp.m_blocks * kBwdBlockM;
   if (p.dtype == DType::kBFloat16)
     dq_convert<__nv_bfloat16><<<grid, 256, 0, stream>>>(
-        kp.dq_accum, static_cast<__nv_bfloat16*>(b.dq), rows_pad, p.seqlen_q, p.heads_q, p.head_dim,
+        kp.dq_accum, static_cast<__nv_bfloat16*>(b.dq), kp.m_blocks, p.seqlen_q, p.heads_q, p.head_dim,
         b.dq_stride.b, b.dq_stride.l, b.dq_stride.h, kp.scale, total);
   else
-    dq_convert<__half><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<__half*>(b.dq), rows_pad,
+    dq_convert<__half><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<__half*>(b.dq), kp.m_blocks,
                                                  p.seqlen_q, p.heads_q, p.head_dim, b.dq_stride.b,
                                                  b.dq_stride.l, b.dq_stride.h, kp.scale, total);
   TILEATTN_CUDA_CHECK_LAUNCH();

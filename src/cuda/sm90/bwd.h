@@ -24,8 +24,11 @@ struct BwdParams {
   const float* lse2;
   const float* dsum;
   int64_t w_sb, w_sh;
-  // dQ in fp32, [B, Hq, m_blocks * kBwdBlockM, D] contiguous, zeroed before the launch; each CTA
-  // adds its part of every query block it sees with one bulk reduction. deterministic: the
+  // dQ in fp32, [B, Hq, m_blocks] tiles of kBwdBlockM x D, zeroed before the launch; each CTA
+  // adds its part of every query block it sees with one bulk reduction. A tile is laid out in
+  // the order of the m64n64 wgmma accumulators that compute it, [D / 64][8][128 threads][4]
+  // (wgmma_ops.cuh gives element i's row and column), so the staging stores of a warp are 512
+  // contiguous bytes; dq_from_accum maps it back. deterministic: the
   // per-(batch, head, query block) counters that order those additions by key block, zeroed.
   float* dq_accum;
   int* dq_order;
@@ -37,7 +40,7 @@ struct BwdParams {
 // dK and dV written, dq_accum summed (the caller converts it into dq: dq_from_accum).
 void backward(const BackwardParams& b, const BwdParams& kp);
 
-// dq[b, l, h, :] = scale * dq_accum[b, h, l, :] in dq's dtype and strides.
+// dq[b, l, h, :] = scale * dQ's sum at (b, h, l) in dq's dtype and strides.
 void dq_from_accum(const BackwardParams& b, const BwdParams& kp);
 
 }  // namespace tileattn::detail::sm90

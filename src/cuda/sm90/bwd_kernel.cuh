@@ -156,42 +156,58 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     float s[32], dp[32];
     gemm_rows<kD, kBf16>(s, sm.k() + 64 * w * 128, kBwdBlockN, sm.q(stage));      // S^T = K Q^T
     gemm_rows<kD, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
-    wgmma_wait<0>();
-    fence_operands<32>(s);
-    fence_operands<32>(dp);
 
-    // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo.
+    // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo. Bit e
+    // of `seen` says whether element e is.
     const bool masked = q0 + kBwdBlockM > len_q || k0 + kBwdBlockN > len_k ||
                         band.needs_mask(q0, min(q0 + kBwdBlockM, len_q), k0, kBwdBlockN, Mask::kMasks);
-#pragma unroll
-    for (int e = 0; e < 32; ++e) {
+    uint32_t seen = 0xffffffffu;
+    const auto prob_at = [&](int e, float t) {  // P^T of element e from its transformed score
       const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
-      float t = s[e];
-      if (softcap)
-        t = cuda::tanh_via_ex2(t * f.pre);
-      else if (f.transform == cuda::ScoreTransform::kNegate)
-        t = -t;
-      bool visible = true;
-      if (masked)
-        visible = key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0;
-      float g = dp[e] - dsum[c];
-      if (softcap) g *= 1.0f - t * t;
-      const float prob = visible ? cuda::ex2(fmaf(t, f.post, -lse2[c])) : 0.0f;
-      s[e] = prob;
-      dp[e] = visible ? prob * g : 0.0f;
+      if (masked &&
+          !(key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0))
+        seen &= ~(1u << e);
+      return (seen >> e) & 1u ? cuda::ex2(fmaf(t, f.post, -lse2[c])) : 0.0f;
+    };
+    // P^T once S^T has landed, while dP^T is still in the tensor cores; dS^T = P^T (dP^T - dsum)
+    // after it lands, while dV's GEMM runs. With softcap dS^T needs tanh's 1 - t^2, so both are
+    // awaited and dS^T computed beside P^T.
+    if (softcap) {
+      wgmma_wait<0>();
+      fence_operands<32>(s);
+      fence_operands<32>(dp);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const float t = cuda::tanh_via_ex2(s[e] * f.pre), prob = prob_at(e, t);
+        s[e] = prob;
+        dp[e] = (seen >> e) & 1u ? prob * (dp[e] - dsum[acc_col(e, lane)]) * (1.0f - t * t) : 0.0f;
+      }
+    } else {
+      wgmma_wait<1>();
+      fence_operands<32>(s);
+      const bool negate = f.transform == cuda::ScoreTransform::kNegate;
+#pragma unroll
+      for (int e = 0; e < 32; ++e) s[e] = prob_at(e, negate ? -s[e] : s[e]);
     }
     uint32_t fp[4][4], fs[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        fp[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-        fs[kk][r] = cuda::pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
-      }
+      for (int r = 0; r < 4; ++r) fp[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
     wgmma_fence();
     gemm_frag<kD, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
-    // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K),
-    // read from fs before the GEMM that takes fs as its A registers is issued.
+    wgmma_commit();
+    if (!softcap) {
+      wgmma_wait<1>();
+      fence_operands<32>(dp);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) dp[e] = (seen >> e) & 1u ? s[e] * (dp[e] - dsum[acc_col(e, lane)]) : 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) fs[kk][r] = cuda::pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
     uint8_t* ds = sm.ds() + w * kBwdBlockM * 128;
 #pragma unroll
     for (int e = 0; e < 32; ++e) {
@@ -200,6 +216,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       *reinterpret_cast<uint16_t*>(ds + c * 128 + (((r >> 3) ^ (c & 7)) << 4) + (r & 7) * 2) =
           static_cast<uint16_t>(bits & 0xffffu);
     }
+    wgmma_fence();
     gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
     wgmma_commit();
     fence_proxy_async();
@@ -225,12 +242,12 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     // dQ through shared memory to one bulk addition into dq_accum.
     if (issuer) tma_store_wait_read();     // the last step's addition has read the staging
     named_sync(2, 2 * kWarpgroupThreads);  // (and every dQ GEMM of this step has read dS)
-    if (do_dq) {
-      float* out = sm.dq();
+    if (do_dq) {  // in the accumulators' order (bwd.h: dq_accum), 512 contiguous bytes a warp's store
+      float4* out = reinterpret_cast<float4*>(sm.dq() + dq_chunk * kBwdBlockM * 64);
 #pragma unroll
-      for (int e = 0; e < 32; e += 2)
-        *reinterpret_cast<float2*>(out + acc_row(e, warp, lane) * kD + 64 * dq_chunk + acc_col(e, lane)) =
-            make_float2(dq[e], dq[e + 1]);
+      for (int g = 0; g < 8; ++g)
+        out[g * kWarpgroupThreads + tid] =
+            make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
     }
     fence_proxy_async();
     named_sync(2, 2 * kWarpgroupThreads);
