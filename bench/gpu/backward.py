@@ -24,7 +24,7 @@ import tileattn
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
-IMPLS = ["tileattn", "tileattn_sm90bwd"] + list(BACKENDS)
+IMPLS = ["tileattn", "tileattn_sm90bwd", "tileattn_sm90det"] + list(BACKENDS)  # sm90det: deterministic=True
 
 
 class _Nothing:
@@ -46,11 +46,13 @@ def measure(timer, name, q, k, v, dout, causal, release):
     row = {}
     try:
         with sdpa_kernel(BACKENDS[name]) if name in BACKENDS else _Nothing():
-            if name == "tileattn_sm90bwd":
+            if name in ("tileattn_sm90bwd", "tileattn_sm90det"):
+                det = name == "tileattn_sm90det"
                 qd, kd, vd = (x.detach() for x in (q, k, v))
                 forward = lambda: tileattn.attention(qd, kd, vd, causal=causal, return_lse=True)
                 out = forward()
-                bwd = lambda o: tileattn.attention_backward(dout, qd, kd, vd, *o, causal=causal, kernel="sm90")
+                bwd = lambda o: tileattn.attention_backward(dout, qd, kd, vd, *o, causal=causal, kernel="sm90",
+                                                          deterministic=det)
                 backward = lambda: bwd(out)
                 both = lambda: bwd(forward())
             else:
@@ -68,7 +70,7 @@ def measure(timer, name, q, k, v, dout, causal, release):
             row["grads"] = grads
             if name.startswith("tileattn"):
                 row["workspace_bytes"] = 2 * q.shape[0] * q.shape[2] * q.shape[1] * 4
-            if name == "tileattn_sm90bwd":
+            if name in ("tileattn_sm90bwd", "tileattn_sm90det"):
                 row["workspace_bytes"] += q.shape[0] * q.shape[2] * (q.shape[1] + 63) // 64 * 64 * q.shape[3] * 4
             for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
                 for key, value in timer.time(call).items():

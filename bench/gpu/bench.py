@@ -111,7 +111,7 @@ IMPLS = {
         Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
     ]
 }
-SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_nosplit": "ours-1split", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
