@@ -118,6 +118,15 @@ __device__ __forceinline__ void gemm_frag(float* acc, const uint32_t (*frag)[4],
   }
 }
 
+// An m64n64 accumulator tile as the A registers of a wgmma (two elements a register).
+template <class T>
+__device__ __forceinline__ void pack_frag(uint32_t (&frag)[4][4], const float* x) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) frag[kk][r] = cuda::pack2<T>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+}
+
 template <int kD, class T, class Mask, class Load, class Put>
 __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
                                              int64_t hk, int64_t b, int m_begin, int m_count, int64_t steps,
@@ -171,7 +180,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     };
     // P^T once S^T has landed, while dP^T is still in the tensor cores; dS^T = P^T (dP^T - dsum)
     // after it lands, while dV's GEMM runs. With softcap dS^T needs tanh's 1 - t^2, so both are
-    // awaited and dS^T computed beside P^T.
+    // awaited and dS^T computed beside P^T. Every path waits for dP^T before reading it (ptxas
+    // serializes all the wgmmas where one path might read a pending accumulator).
     if (softcap) {
       wgmma_wait<0>();
       fence_operands<32>(s);
@@ -190,23 +200,17 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       for (int e = 0; e < 32; ++e) s[e] = prob_at(e, negate ? -s[e] : s[e]);
     }
     uint32_t fp[4][4], fs[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) fp[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    pack_frag<T>(fp, s);
     wgmma_fence();
     gemm_frag<kD, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
     wgmma_commit();
+    wgmma_wait<1>();  // dP^T (with softcap long since)
+    fence_operands<32>(dp);
     if (!softcap) {
-      wgmma_wait<1>();
-      fence_operands<32>(dp);
 #pragma unroll
       for (int e = 0; e < 32; ++e) dp[e] = (seen >> e) & 1u ? s[e] * (dp[e] - dsum[acc_col(e, lane)]) : 0.0f;
     }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) fs[kk][r] = cuda::pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    pack_frag<T>(fs, dp);
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
     uint8_t* ds = sm.ds() + w * kBwdBlockM * 128;
 #pragma unroll
