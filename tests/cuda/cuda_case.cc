@@ -87,12 +87,22 @@ Report run_case(const Problem& p, uint64_t seed, int64_t nan_at_key, const GpuRu
 // The case's inputs, forward results and gradients (poisoned) on the device, backward there, the
 // gradients back on the host.
 test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options) {
+  return gpu_backward_runs(bc, options, 1, {});
+}
+
+test::Grads gpu_backward_runs(const test::BackwardCase& bc, const Options& options, int runs,
+                              const std::function<void(int, const test::Grads&)>& each) {
   const Problem& p = bc.c.problem;
   test::Grads g = test::fresh_grads(p, p.dtype);
   const DeviceCopy dout(bc.dout), q(bc.c.q), k(bc.c.k), v(bc.c.v), out(bc.fwd.out), lse(bc.fwd.lse),
       dlse(bc.dlse), dq(g.dq), dk(g.dk), dv(g.dv);
   const TensorRef dlse_ref = dlse.ref();
   const TensorRef* dl = bc.with_dlse ? &dlse_ref : nullptr;
+  const auto finish = [&](int run) {
+    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("backward kernels failed");
+    dq.to_host(g.dq), dk.to_host(g.dk), dv.to_host(g.dv);
+    if (each) each(run, g);
+  };
   if (p.varlen()) {
     const DeviceCopy cu_q(bc.c.cu_q), cu_k(bc.c.cu_k), used_q(bc.c.used_q), used_k(bc.c.used_k);
     std::array<TensorRef, 4> refs;
@@ -107,14 +117,18 @@ test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options) {
         &refs);
     Options o = options;
     o.check_indices = true;
-    backward_varlen(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(), dv.ref(),
-                    s, o, dl);
+    for (int run = 0; run < runs; ++run) {
+      backward_varlen(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(),
+                      dv.ref(), s, o, dl);
+      finish(run);
+    }
   } else {
-    backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(), dv.ref(),
-             options, dl);
+    for (int run = 0; run < runs; ++run) {
+      backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(), dk.ref(), dv.ref(),
+               options, dl);
+      finish(run);
+    }
   }
-  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("backward kernels failed");
-  dq.to_host(g.dq), dk.to_host(g.dk), dv.to_host(g.dv);
   return g;
 }
 

@@ -49,7 +49,6 @@ Result run_on_gpu(const Case& c, const Options& options, const GpuRunner& runner
 // GPU and judged against the oracle with eager's error on the CPU as the yardstick.
 Report run_case(const Problem& p, uint64_t seed = 1, int64_t nan_at_key = -1, const GpuRunner& runner = {});
 
-// Whether the sm90 kernel is selectable here: an sm_90 GPU and a build with sm90a kernels.
 // Whether the sm90 kernels run here (a Hopper and a build with them); else why not.
 bool sm90_available();
 std::string sm90_unavailable_reason();
@@ -57,5 +56,9 @@ std::string sm90_unavailable_reason();
 // The backward of a case on the GPU: its inputs, forward results, gradients (poisoned) and index
 // tensors mirrored on the device (varlen in checked mode), the gradients back on the host.
 test::Grads gpu_backward(const test::BackwardCase& bc, const Options& options);
+// The same, `runs` times into the same device buffers (poisoned once), each run's gradients
+// passed to `each`; the last run's are returned.
+test::Grads gpu_backward_runs(const test::BackwardCase& bc, const Options& options, int runs,
+                              const std::function<void(int, const test::Grads&)>& each);
 
 }  // namespace tileattn::cuda_test
