@@ -37,6 +37,9 @@ BUILD=$ROOT/build/gpu
 ARCH=${TILEATTN_CUDA_ARCHITECTURES:-90a-real}
 LOG=$OUT/logs.txt
 SUMMARY=$OUT/summary.txt
+# The commit the results name: TILEATTN_COMMIT, else the checkout's HEAD (a copied tree's .git
+# may be older than its files: pass TILEATTN_COMMIT when the tree travels).
+[[ -n "${TILEATTN_COMMIT:-}" ]] || echo "run.sh: TILEATTN_COMMIT not set; the results name git's HEAD" >&2
 export TILEATTN_COMMIT=${TILEATTN_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1
 touch "$LOG" "$SUMMARY"
