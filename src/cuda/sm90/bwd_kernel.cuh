@@ -27,6 +27,7 @@
 #include "cuda/common/math.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_order.h"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -87,6 +88,14 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
+// Raises a dQ order counter once this CTA's additions are complete (their writes performed).
+__device__ __forceinline__ void release_turn(int* counter) {
+  bulk_wait_all();
+  fence_proxy_async_global();
+  __threadfence();
+  atomicAdd(counter, 1);
+}
+
 // Accumulator element i of a thread in an m64nN wgmma tile: its row and column (wgmma_ops.cuh).
 __device__ __forceinline__ int acc_row(int i, int warp, int lane) {
   return 16 * warp + lane / 4 + 8 * ((i >> 1) & 1);
@@ -130,11 +139,13 @@ __device__ __forceinline__ void pack_frag(uint32_t (&frag)[4][4], const float* x
 template <int kD, class T, class Mask, class Load, class Put>
 __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
                                              int64_t hk, int64_t b, int m_begin, int m_count, int64_t steps,
-                                             const Load& load_step, const Put& put_rows) {
+                                             bool defer, const Load& load_step, const Put& put_rows) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
   const bool issuer = w == 0 && tid == 0;
+  const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
+  int* raise = nullptr;                  // deferred: the counter to raise at the next addition (bwd_order.h)
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
@@ -258,25 +269,29 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     if (issuer) {
       float* dst = p.dq_accum + ((b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
       int* order = p.dq_order ? p.dq_order + (b * f.heads_q + h) * p.m_blocks + m : nullptr;
-      if (order) {  // after the key blocks before this one that see the query block
+      if (order) {                       // after the key blocks before this one in the query block's order
+        if (raise) release_turn(raise);  // the last addition, issued a step ago
+        raise = nullptr;
         int nb = 0, ne = 0;
         band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
+        const int turn = dq_order.turn(n_block, nb, ne);
         const uint32_t start = static_cast<uint32_t>(clock());
-        while (load_acquire(order) != n_block - nb)
+        while (load_acquire(order) != turn)
           if (static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();  // a turn that never comes
         fence_proxy_async_global();
       }
       bulk_reduce_add_f32(dst, sm.dq(), kBwdBlockM * kD * 4);
       tma_store_commit();
-      if (order) {
-        bulk_wait_all();
-        fence_proxy_async_global();
-        __threadfence();
-        atomicAdd(order, 1);
-      }
+      if (order && defer)
+        raise = order;
+      else if (order)
+        release_turn(order);
     }
   }
-  if (issuer) bulk_wait_all();  // the last addition complete (its reads of shared memory and its writes)
+  if (issuer) {
+    bulk_wait_all();  // the last addition complete (its reads of shared memory and its writes)
+    if (raise) release_turn(raise);
+  }
 
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
   T* dk_out = static_cast<T*>(p.dk) + b * p.dk_sb + hk * p.dk_sh;
@@ -305,16 +320,20 @@ __global__ void __launch_bounds__(256, 1)
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
   const cuda::KernelParams& f = p.f;
   const int64_t linear = blockIdx.x;
-  const int n_block = static_cast<int>(linear % p.n_blocks);
+  const DqOrder order{Mask::kMasks && p.dq_order != nullptr};  // launch order (bwd_order.h)
+  const int n_block = order.key_block(static_cast<int>(linear % p.n_blocks), static_cast<int>(p.n_blocks));
   const int64_t hk = (linear / p.n_blocks) % p.heads_kv, b = linear / p.n_blocks / p.heads_kv;
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
-  int q_begin = 0, q_end = 0;
-  if (len_q > 0) band.query_rows(k0, min(k0 + kBwdBlockN, len_k), len_q, &q_begin, &q_end);
-  const int m_begin = q_begin / kBwdBlockM;
-  const int m_count = q_end > q_begin ? (q_end + kBwdBlockM - 1) / kBwdBlockM - m_begin : 0;
+  int m_begin = 0, m_count = 0, prev_begin = 0, prev_count = 0;
+  bwd_query_blocks(band, n_block, len_q, kBwdBlockM, kBwdBlockN, &m_begin, &m_count);
+  if (n_block > 0)
+    bwd_query_blocks(band, n_block - 1, len_q, kBwdBlockM, kBwdBlockN, &prev_begin, &prev_count);
   const int64_t steps = int64_t{m_count} * f.group;
+  // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
+  // block, so it reaches each block later than this one (bwd_order.h).
+  const bool defer = order.deferred(n_block, m_begin, prev_begin);
   const int lane = threadIdx.x % 32;
   const int32_t bb = static_cast<int32_t>(b);
 
@@ -375,8 +394,8 @@ __global__ void __launch_bounds__(256, 1)
     if (steps > 0) put_rows(0, load_step(0));
   }
   __syncthreads();  // step 0's rows are written
-  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, load_step,
-                            put_rows);
+  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, defer,
+                            load_step, put_rows);
 #endif
 }
 

@@ -1,0 +1,51 @@
+// bwd_order.h: the order of the sm90 backward's dQ additions in deterministic mode, shared by
+// the kernel (bwd_kernel.cuh) and the CPU test that replays it (tests/sm90_tiles_test.cc).
+//
+// Each query block's dQ is summed over the key blocks [nb, ne) that see it, one bulk addition a
+// key block, in a fixed order kept by a counter per (batch, head, query block): key block n adds
+// when the counter reads its turn, then raises it. A CTA walks its query blocks in ascending
+// order and only ever waits for CTAs launched before it, so the waits cannot close a cycle.
+//   - Full (no mask): ascending n, in launch order. Every CTA visits block m at the same step;
+//     after the first step they run staggered by one addition each.
+//   - Banded (causal, windows): key block n's first query block comes later the larger n is,
+//     so ascending n would hold CTA n until CTA 0 reached its first block. The CTAs launch from
+//     the last key block down and add in descending n: the key block before a CTA in the order
+//     visited the block two steps earlier (at block_n = 2 block_m), so nobody waits. A CTA whose
+//     successor n - 1 starts on an earlier query block raises its counter at its next addition,
+//     when the addition has long completed, instead of waiting for the completion right after
+//     issuing it; key blocks that start on the same query block (those every query row sees,
+//     Lk > Lq) visit it at the same step and raise at once.
+#pragma once
+
+#include "common/host_device.h"
+#include "common/mask.h"
+
+namespace tileattn::detail::sm90 {
+
+// The query blocks [*m_begin, *m_begin + *m_count) of block_m rows that key block n (of block_n
+// keys) visits: those with a row that may see one of its keys (TileBand::query_rows).
+TILEATTN_HD void bwd_query_blocks(const TileBand& band, int n, int len_q, int block_m, int block_n, int* m_begin,
+                                  int* m_count) {
+  int q_begin = 0, q_end = 0;
+  const int k0 = n * block_n, k1 = k0 + block_n < band.len_k ? k0 + block_n : band.len_k;
+  if (len_q > 0 && k0 < k1) band.query_rows(k0, k1, len_q, &q_begin, &q_end);
+  *m_begin = q_begin / block_m;
+  *m_count = q_end > q_begin ? (q_end + block_m - 1) / block_m - *m_begin : 0;
+}
+
+struct DqOrder {
+  bool banded;  // the mask limits which query blocks a key block sees (Mask::kMasks)
+  // The key block of the CTA at `position` (0 first launched) of its (batch, KV head).
+  TILEATTN_HD int key_block(int position, int n_blocks) const {
+    return banded ? n_blocks - 1 - position : position;
+  }
+  // How many additions to a query block seen by key blocks [nb, ne) come before key block n's.
+  TILEATTN_HD int turn(int n, int nb, int ne) const { return banded ? ne - 1 - n : n - nb; }
+  // Whether key block n raises its counters at its next addition (or its end) rather than
+  // right after each one: m_begin of n and of n - 1 (bwd_kernel.cuh: TileBand::query_rows).
+  TILEATTN_HD bool deferred(int n, int first_block, int successor_first_block) const {
+    return banded && (n == 0 || successor_first_block < first_block);
+  }
+};
+
+}  // namespace tileattn::detail::sm90

@@ -1,0 +1,140 @@
+// sm90_dq_order_test.cc: the sm90 backward's deterministic dQ order (cuda/sm90/bwd_order.h)
+// replayed on the CPU. One (batch, KV head): CTAs start in launch order on `slots` SMs, a step
+// takes one time unit, and a step's addition waits until its query block's counter reads the
+// CTA's turn. The replay checks that the key blocks visiting a query block are exactly those
+// that see it, that every turn comes (no cycle, whatever the SM count), and how long it takes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/sm90/bwd_order.h"
+
+namespace tileattn::detail::sm90 {
+namespace {
+
+constexpr int kM = 64, kN = 128;  // the backward's block_m and block_n (bwd.h)
+
+struct Replay {
+  bool ok = true;        // every turn came, every block summed by exactly its key blocks
+  int64_t makespan = 0;  // time units until the last CTA ends
+  int64_t work = 0;      // steps of all CTAs: the SM time they need
+  int64_t resident = 0;  // SM time they hold, waits included
+};
+
+template <class Mask>
+Replay replay(int len_q, int len_k, int left, int right, int group, bool deterministic_banded, int slots) {
+  const TileBand band = tile_band<Mask>(len_q, len_k, left, right);
+  const int n_blocks = (len_k + kN - 1) / kN, m_blocks = (len_q + kM - 1) / kM;
+  const DqOrder order{deterministic_banded};
+  struct Cta {
+    int n, m_begin, m_count;
+    int64_t steps, step = 0, ready = 0, start = 0;
+    bool defer, reached = false;
+    int raise = -1;
+  };
+  std::vector<Cta> ctas;
+  Replay r;
+  for (int pos = 0; pos < n_blocks; ++pos) {
+    Cta c{};
+    c.n = order.key_block(pos, n_blocks);
+    int prev_begin = 0, prev_count = 0;
+    bwd_query_blocks(band, c.n, len_q, kM, kN, &c.m_begin, &c.m_count);
+    if (c.n > 0) bwd_query_blocks(band, c.n - 1, len_q, kM, kN, &prev_begin, &prev_count);
+    c.defer = order.deferred(c.n, c.m_begin, prev_begin);
+    c.steps = int64_t{c.m_count} * group;
+    r.work += c.steps;
+    ctas.push_back(c);
+  }
+  // The visits agree with key_blocks: block m is visited by exactly [nb, ne).
+  for (int m = 0; m < m_blocks; ++m) {
+    int nb = 0, ne = 0;
+    band.key_blocks(m * kM, std::min(m * kM + kM, len_q), kN, &nb, &ne);
+    for (const Cta& c : ctas)
+      if ((c.n >= nb && c.n < ne) != (m >= c.m_begin && m < c.m_begin + c.m_count)) r.ok = false;
+  }
+  std::vector<int> counter(static_cast<size_t>(m_blocks) * group, 0), last(counter.size(), -1);
+  size_t next = 0, running = 0, done = 0;
+  std::vector<size_t> live;
+  for (int64_t t = 0; done < ctas.size(); ++t) {
+    if (t > 4 * (int64_t{m_blocks} * group + n_blocks) * (n_blocks + 1)) return r.ok = false, r;  // a cycle
+    while (running < static_cast<size_t>(slots) && next < ctas.size()) {
+      ctas[next].start = t, ctas[next].ready = t + 1;
+      live.push_back(next++), ++running;
+    }
+    for (bool moved = true; moved;) {  // raises at one time unit may enable others at the same one
+      moved = false;
+      for (size_t& i : live) {
+        if (i == SIZE_MAX) continue;
+        Cta& c = ctas[i];
+        if (c.step == c.steps) {  // ends: its last deferred raise
+          if (c.raise >= 0) ++counter[c.raise];
+          i = SIZE_MAX, --running, ++done, moved = true;
+          r.makespan = std::max(r.makespan, t);
+          r.resident += t - c.start;
+          continue;
+        }
+        if (c.ready > t) continue;
+        const int h = static_cast<int>(c.step / c.m_count),
+                  m = c.m_begin + static_cast<int>(c.step % c.m_count);
+        const int blk = h * m_blocks + m;
+        if (!c.reached && c.raise >= 0) ++counter[c.raise], c.raise = -1, moved = true;
+        c.reached = true;
+        int nb = 0, ne = 0;
+        band.key_blocks(m * kM, std::min(m * kM + kM, len_q), kN, &nb, &ne);
+        if (counter[blk] != order.turn(c.n, nb, ne)) continue;
+        if (c.defer)
+          c.raise = blk;
+        else
+          ++counter[blk];
+        last[blk] = c.n;
+        ++c.step, c.ready = t + 1, c.reached = false, moved = true;
+      }
+    }
+  }
+  for (int h = 0; h < group; ++h)
+    for (int m = 0; m < m_blocks; ++m) {
+      int nb = 0, ne = 0;
+      band.key_blocks(m * kM, std::min(m * kM + kM, len_q), kN, &nb, &ne);
+      const int blk = h * m_blocks + m;
+      if (counter[blk] != ne - nb) r.ok = false;  // every contributor added once
+      if (ne > nb && last[blk] != (deterministic_banded ? nb : ne - 1)) r.ok = false;
+    }
+  return r;
+}
+
+TEST(Sm90DqOrder, EveryTurnComesOnAnySmCount) {
+  for (int slots : {1, 3, 132})
+    for (int group : {1, 2}) {
+      SCOPED_TRACE("slots " + std::to_string(slots) + " group " + std::to_string(group));
+      for (auto [lq, lk] : {std::pair{1024, 1024}, {1000, 3000}, {3000, 1000}, {65, 129}, {1, 700}}) {
+        SCOPED_TRACE(std::to_string(lq) + " x " + std::to_string(lk));
+        EXPECT_TRUE((replay<NoMask>(lq, lk, -1, -1, group, false, slots).ok));
+        EXPECT_TRUE((replay<WindowMask>(lq, lk, -1, 0, group, true, slots).ok));     // causal
+        EXPECT_TRUE((replay<WindowMask>(lq, lk, 256, 0, group, true, slots).ok));    // sliding
+        EXPECT_TRUE((replay<WindowMask>(lq, lk, 100, 100, group, true, slots).ok));  // both sides
+        EXPECT_TRUE((replay<WindowMask>(lq, lk, -1, 0, group, false, slots).ok));    // ascending
+      }
+    }
+}
+
+// Causal, every key block on its own SM: in the banded order no CTA waits (it holds its SM for
+// its steps alone), where ascending n holds key block n on its SM until key block 0 reaches n's
+// first query block: about twice the SM time. With Lk > Lq the first key blocks all start on
+// query block 0 (every row sees them) and raise at once, or each would wait a step for the last.
+TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
+  for (auto [lq, lk] : {std::pair{1024, 1024}, {4096, 4096}, {8192, 8192}, {1024, 4096}})
+    for (int group : {1, 4}) {
+      SCOPED_TRACE(std::to_string(lq) + " x " + std::to_string(lk) + " group " + std::to_string(group));
+      const Replay banded = replay<WindowMask>(lq, lk, -1, 0, group, true, 132);
+      const Replay ascending = replay<WindowMask>(lq, lk, -1, 0, group, false, 132);
+      ASSERT_TRUE(banded.ok && ascending.ok);
+      EXPECT_EQ(banded.resident, banded.work);
+      if (lq == lk) EXPECT_GE(ascending.resident, 3 * ascending.work / 2);
+    }
+}
+
+}  // namespace
+}  // namespace tileattn::detail::sm90
