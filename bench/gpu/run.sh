@@ -8,6 +8,8 @@
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
 #             PYTEST_ARGS replaces the test selection)
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
+#   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
+#             tensor pipe's and shared memory's use
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
 #             the lengths in TUNE_L (default 1024 4096 16384)
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
@@ -123,6 +125,38 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
       --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
     awk "/=== profile-d$1-l$2-$5:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active) " \
       | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+  done
+}
+run_profile_bwd() {  # ncu on the sm90 backward: its stall reasons, tensor-pipe and shared-memory load
+  local shape
+  # PROFILE_BWD: "B,L,H,D causal(on|off) deterministic(on|off)" entries, ';'-separated.
+  local shapes=${PROFILE_BWD:-1,16384,16,128 off off;1,16384,16,128 on off;1,16384,32,64 off off}
+  local IFS_SAVE=$IFS
+  IFS=';'
+  local list=($shapes)
+  IFS=$IFS_SAVE
+  run_install
+  local stalls=barrier,long_scoreboard,short_scoreboard,wait,math_pipe_throttle,mio_throttle,lg_throttle
+  stalls=$stalls,membar,sleeping,dispatch_stall,no_instruction,selected,not_selected,branch_resolving
+  local metrics=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+  metrics=$metrics,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+  metrics=$metrics,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+  for s in ${stalls//,/ }; do metrics=$metrics,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio; done
+  for shape in "${list[@]}"; do
+    set -- $shape
+    local name="profile-bwd-${1//,/x}-causal$2-det$3" flags=""
+    [[ $2 == on ]] && flags="$flags --causal"
+    [[ $3 == on ]] && flags="$flags --deterministic"
+    step "$name" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+      python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
+    awk "/=== $name:/,0" "$LOG" | grep -iE "^ +(Duration |Compute \(SM\) Throughput |Warp Cycles Per Issued Instruction |Issue Slots Busy )|stall" \
+      | cut -c1-240 | sed "s/^ */  $name: /" >>"$SUMMARY"
+    # Raw counters in a run of their own (a name this ncu lacks fails only this step).
+    step "$name-metrics" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
+      --metrics "$metrics" python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
+    awk "/=== $name-metrics:/,0" "$LOG" | grep -E "^ +(sm__pipe_tensor|l1tex__data|smsp__)" \
+      | sed "s/^ */  $name: /; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//" >>"$SUMMARY"
   done
 }
 run_bench() {
