@@ -2,9 +2,10 @@
 // 128 keys), two warpgroups of 64 keys each and no producer warpgroup: the first warp loads (TMA
 // for K and V once, and Q and dO of step i + 1 into the other of two stages while step i runs,
 // with that step's lse2 and dsum rows). 256 threads let ptxas give a thread up to 255 registers;
-// with a producer warpgroup (384 threads) it caps every thread at 168, whatever setmaxnreg later
-// grants (ptxas -v, nvcc 13.0), and the two accumulators dK and dV spill. A step is one query head of the
-// group and one block of 64 query rows that sees the keys:
+// with a producer warpgroup (384 threads, setmaxnreg 24 / 240) this kernel compiled to 168 and
+// spilled, though ptxas does honour setmaxnreg elsewhere (docs/kernels/sm90.md, "Why 256
+// threads"). A step is one query head of the group and one block of 64 query rows that sees
+// the keys:
 //   S^T = K Q^T, dP^T = V dO^T (wgmma m64n64, both operands from shared memory);
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);

@@ -24,8 +24,8 @@ namespace tileattn::detail::sm90 {
 
 // The query blocks [*m_begin, *m_begin + *m_count) of block_m rows that key block n (of block_n
 // keys) visits: those with a row that may see one of its keys (TileBand::query_rows).
-TILEATTN_HD void bwd_query_blocks(const TileBand& band, int n, int len_q, int block_m, int block_n, int* m_begin,
-                                  int* m_count) {
+TILEATTN_HD void bwd_query_blocks(const TileBand& band, int n, int len_q, int block_m, int block_n,
+                                  int* m_begin, int* m_count) {
   int q_begin = 0, q_end = 0;
   const int k0 = n * block_n, k1 = k0 + block_n < band.len_k ? k0 + block_n : band.len_k;
   if (len_q > 0 && k0 < k1) band.query_rows(k0, k1, len_q, &q_begin, &q_end);

@@ -21,9 +21,8 @@ struct TileConfig {
   constexpr int threads() const { return 128 * (consumers + 1); }
   // setmaxnreg: the 65536 registers of the SM, split so the consumers get the most. The
   // producer thread keeps the work, three tensor-map addresses and the ring state live. ptxas
-  // (nvcc 13.0, -Xptxas -v) still compiles the consumers for the CTA's launch share, 168
-  // registers at 384 threads and 128 at 512, so the larger consumer count buys no registers in
-  // their code; the producer's smaller one does bound the producer's code.
+  // (nvcc 13.0) reports the launch share (168 registers at 384 threads, 128 at 512) but
+  // allocates the raised count in code the raise dominates (scripts/setmaxnreg_probe.sh).
   constexpr int producer_regs() const { return consumers == 2 ? 40 : 32; }
   constexpr int consumer_regs() const { return consumers == 2 ? 232 : 160; }
   // Tiles are stored as [D / 64][rows][64] elements: 128-byte rows, the TMA box and wgmma's
