@@ -37,6 +37,11 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // the producer has issued its last load already (a hang in a CTA's last block hangs).
 inline constexpr uint32_t kHangCycles = 1u << 31;
 
+// A wait that never ends: the kernel traps. Out of line: an inline trap where wgmma
+// accumulators are live makes ptxas give up the registers setmaxnreg raised and serialize the
+// wgmmas (ptxas -v; docs/kernels/sm90.md, "Registers").
+__device__ __noinline__ void hang_trap() { __trap(); }
+
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, so
 // waiting on parity 1 returns at once: producers start their ring at parity 1.
 template <bool kTrap = true>
@@ -53,7 +58,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "=r"(done)
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
-    if (kTrap && !done && static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();
+    if (kTrap && !done && static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();
   } while (!done);
 }
 

@@ -179,16 +179,24 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     gemm_rows<kD, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
 
     // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo. Bit e
-    // of `seen` says whether element e is.
+    // of `seen` says whether element e is, set before the element loops, which load lse2 and
+    // dsum unconditionally and select after: a load under the mask's condition became a
+    // branch whose phi copies moved accumulators between wgmmas, and ptxas serialized them
+    // (C7511 / C7517).
     const bool masked = q0 + kBwdBlockM > len_q || k0 + kBwdBlockN > len_k ||
                         band.needs_mask(q0, min(q0 + kBwdBlockM, len_q), k0, kBwdBlockN, Mask::kMasks);
     uint32_t seen = 0xffffffffu;
+    if (masked) {
+#pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
+        if (!(key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0))
+          seen &= ~(1u << e);
+      }
+    }
     const auto prob_at = [&](int e, float t) {  // P^T of element e from its transformed score
-      const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
-      if (masked &&
-          !(key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0))
-        seen &= ~(1u << e);
-      return (seen >> e) & 1u ? cuda::ex2(fmaf(t, f.post, -lse2[c])) : 0.0f;
+      const float prob = cuda::ex2(fmaf(t, f.post, -lse2[acc_col(e, lane)]));
+      return (seen >> e) & 1u ? prob : 0.0f;
     };
     // P^T once S^T has landed, while dP^T is still in the tensor cores; dS^T = P^T (dP^T - dsum)
     // after it lands, while dV's GEMM runs. With softcap dS^T needs tanh's 1 - t^2, so both are
@@ -202,7 +210,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       for (int e = 0; e < 32; ++e) {
         const float t = cuda::tanh_via_ex2(s[e] * f.pre), prob = prob_at(e, t);
         s[e] = prob;
-        dp[e] = (seen >> e) & 1u ? prob * (dp[e] - dsum[acc_col(e, lane)]) * (1.0f - t * t) : 0.0f;
+        const float ds = prob * (dp[e] - dsum[acc_col(e, lane)]) * (1.0f - t * t);
+        dp[e] = (seen >> e) & 1u ? ds : 0.0f;
       }
     } else {
       wgmma_wait<1>();
@@ -220,7 +229,10 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     fence_operands<32>(dp);
     if (!softcap) {
 #pragma unroll
-      for (int e = 0; e < 32; ++e) dp[e] = (seen >> e) & 1u ? s[e] * (dp[e] - dsum[acc_col(e, lane)]) : 0.0f;
+      for (int e = 0; e < 32; ++e) {
+        const float ds = s[e] * (dp[e] - dsum[acc_col(e, lane)]);
+        dp[e] = (seen >> e) & 1u ? ds : 0.0f;
+      }
     }
     pack_frag<T>(fs, dp);
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
@@ -278,7 +290,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
         const int turn = dq_order.turn(n_block, nb, ne);
         const uint32_t start = static_cast<uint32_t>(clock());
         while (load_acquire(order) != turn)
-          if (static_cast<uint32_t>(clock()) - start > kHangCycles) __trap();  // a turn that never comes
+          if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
         fence_proxy_async_global();
       }
       bulk_reduce_add_f32(dst, sm.dq(), kBwdBlockM * kD * 4);
