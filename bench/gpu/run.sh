@@ -70,7 +70,7 @@ run_build() {
     -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}" \
     -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
-  grep -E "warning|spill|C7514" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
+  grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
 }
 run_gputest() {
   step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
