@@ -30,7 +30,7 @@ void launch(const BackwardParams& b, const BwdParams& kp) {
   cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask>>(kSmem, p.device_index);
   const auto ctas = static_cast<unsigned>(kp.n_blocks * kp.heads_kv * kp.batch);
   attention_bwd_sm90<kD, T, Mask>
-      <<<dim3(ctas), 2 * kWarpgroupThreads, kSmem, static_cast<cudaStream_t>(p.cuda_stream)>>>(
+      <<<dim3(ctas), 3 * kWarpgroupThreads, kSmem, static_cast<cudaStream_t>(p.cuda_stream)>>>(
           tm_q, tm_k, tm_v, tm_do, kp);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }

@@ -1,11 +1,11 @@
 // bwd_kernel.cuh: the sm90 backward kernel (DESIGN.md section 7): one CTA per (batch, KV head,
-// 128 keys), two warpgroups of 64 keys each and no producer warpgroup: the first warp loads (TMA
-// for K and V once, and Q and dO of step i + 1 into the other of two stages while step i runs,
-// with that step's lse2 and dsum rows). 256 threads let ptxas give a thread up to 255 registers;
-// with a producer warpgroup (384 threads, setmaxnreg 24 / 240) this kernel compiled to 168 and
-// spilled, though ptxas does honour setmaxnreg elsewhere (docs/kernels/sm90.md, "Why 256
-// threads"). A step is one query head of the group and one block of 64 query rows that sees
-// the keys:
+// 128 keys), 384 threads: two consumer warpgroups of 64 keys each and a producer warpgroup
+// (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads:
+// K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step into two stages
+// (full / empty mbarriers); its second warp adds the consumers' dQ into dq_accum from two
+// staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
+// addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A step is
+// one query head of the group and one block of 64 query rows that sees the keys:
 //   S^T = K Q^T, dP^T = V dO^T (wgmma m64n64, both operands from shared memory);
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);
@@ -28,6 +28,7 @@
 #include "cuda/common/math.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_ops.cuh"
 #include "cuda/sm90/bwd_order.h"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
@@ -36,117 +37,153 @@
 namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
-// of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), dQ's
-// fp32 staging ([64][D], plain) and the barriers; every tile on a 1024-byte boundary.
+// of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), two
+// buffers of dQ's fp32 staging ([64][D], in the accumulators' order), two stages of lse2 / dsum
+// rows and the barriers; every tile on a 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
   static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
   static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * kD * 4;
   static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
   static constexpr int kBytes =
-      1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + kDqBytes + 2 * kRowsBytes + 1024;
+      1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
   uint8_t* base;
   __device__ uint8_t* k() const { return base; }
   __device__ uint8_t* v() const { return base + kKBytes; }
   __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
   __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
   __device__ uint8_t* ds() const { return base + 2 * kKBytes + 4 * kQBytes; }
-  __device__ float* dq() const { return reinterpret_cast<float*>(ds() + kDsBytes); }
+  __device__ float* dq(int buf) const { return reinterpret_cast<float*>(ds() + kDsBytes + buf * kDqBytes); }
   // Stage s's lse2 (64 floats), then its dsum.
   __device__ float* rows(int stage) const {
-    return reinterpret_cast<float*>(ds() + kDsBytes + kDqBytes + stage * kRowsBytes);
+    return reinterpret_cast<float*>(ds() + kDsBytes + 2 * kDqBytes + stage * kRowsBytes);
   }
   __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + kDqBytes + 2 * kRowsBytes);
+    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes);
   }
-  // [0] K and V landed; [1 + s] stage s's Q and dO landed.
+  // [0] K and V landed; stage s's Q, dO and rows landed / read by every consumer; dQ staging
+  // buffer s written by every consumer that computes dQ / read by its bulk addition.
   __device__ uint64_t* kv_full() const { return barriers(); }
   __device__ uint64_t* qdo_full(int s) const { return barriers() + 1 + s; }
+  __device__ uint64_t* qdo_empty(int s) const { return barriers() + 3 + s; }
+  __device__ uint64_t* dq_full(int s) const { return barriers() + 5 + s; }
+  __device__ uint64_t* dq_empty(int s) const { return barriers() + 7 + s; }
 };
 static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
               "the D = 128 backward needs more shared memory than a CTA has");
 
-// A lane's share of a step's lse2 and dsum rows (rows lane and lane + 32), in flight.
-struct BwdRows {
-  float lse2[2], dsum[2];
+// The threads that write a dQ staging buffer: both consumer warpgroups at D = 128 (one half of
+// D each), the first at D = 64.
+template <int kD>
+inline constexpr int kDqWriters = kD == 128 ? 2 * kWarpgroupThreads : kWarpgroupThreads;
+
+// A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
+// m_count (every query head of the KV head's group, every query block that sees the keys).
+struct BwdSteps {
+  int64_t b, hk, group, count;
+  int m_begin, m_count;
+  __device__ int64_t head(int64_t i) const { return hk * group + i / m_count; }
+  __device__ int block(int64_t i) const { return m_begin + static_cast<int>(i % m_count); }
 };
-static_assert(kBwdBlockM == 64, "BwdRows holds two rows a lane");
 
-// Adds `bytes` of fp32 from shared memory into global memory (the L2 does the additions).
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
-               "r"(smem_addr(src)), "r"(bytes)
-               : "memory");
-}
-// Waits until the committed bulk operations are complete (their global writes performed).
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Raises a dQ order counter once this CTA's additions are complete (their writes performed).
-__device__ __forceinline__ void release_turn(int* counter) {
-  bulk_wait_all();
-  fence_proxy_async_global();
-  __threadfence();
-  atomicAdd(counter, 1);
-}
-
-// Accumulator element i of a thread in an m64nN wgmma tile: its row and column (wgmma_ops.cuh).
-__device__ __forceinline__ int acc_row(int i, int warp, int lane) {
-  return 16 * warp + lane / 4 + 8 * ((i >> 1) & 1);
-}
-__device__ __forceinline__ int acc_col(int i, int lane) { return 8 * (i >> 2) + 2 * (lane % 4) + (i & 1); }
-
-// The step's GEMM of two shared-memory tiles, m64n64, K = D: rows `a` (64 of a K-major tile)
-// times the 64 rows of `b` transposed.
-template <int kD, bool kBf16>
-__device__ __forceinline__ void gemm_rows(float* acc, const uint8_t* a, int a_rows, const uint8_t* b) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    const int c = kk / 4, within = 32 * (kk % 4);
-    const uint64_t da = make_smem_desc(a + c * a_rows * 128 + within, 16, 1024);
-    const uint64_t db = make_smem_desc(b + c * kBwdBlockM * 128 + within, 16, 1024);
-    WgmmaOp<64, kBf16>::template ss<0>(acc, da, db, kk > 0 ? 1u : 0u);
+// The producer's first warp: K and V once, then each step's Q and dO (lane 0, TMA) and its lse2
+// / dsum rows (every lane two of them, 0 past the sequence: those columns are masked) into the
+// stage its consumers have released. qdo_full completes on lane 0's expected bytes and the 32
+// lanes' arrivals after their row stores.
+template <int kD>
+__device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
+                                           int k0, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                           const CUtensorMap* tm_v, const CUtensorMap* tm_do) {
+  using Smem = BwdSmem<kD>;
+  constexpr int kChunks = kD / 64;
+  const int lane = threadIdx.x % 32, len_q = static_cast<int>(p.f.seqlen_q);
+  const int32_t bb = static_cast<int32_t>(st.b), hk = static_cast<int32_t>(st.hk);
+  if (lane == 0) {
+    tma_prefetch_descriptor(tm_q);
+    tma_prefetch_descriptor(tm_do);
+    mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Smem::kKBytes);
+    for (int c = 0; c < kChunks; ++c) {
+      tma_load_4d(sm.k() + c * kBwdBlockN * 128, tm_k, sm.kv_full(), 64 * c, hk, k0, bb);
+      tma_load_4d(sm.v() + c * kBwdBlockN * 128, tm_v, sm.kv_full(), 64 * c, hk, k0, bb);
+    }
   }
-  wgmma_commit();
-}
-
-// acc (64 keys x D) += frag (64 keys x 64 rows, registers) times the step's [64 rows][D] tile.
-template <int kD, bool kBf16>
-__device__ __forceinline__ void gemm_frag(float* acc, const uint32_t (*frag)[4], const uint8_t* rows) {
+  for (int64_t i = 0; i < st.count; ++i) {
+    const int stage = static_cast<int>(i & 1);
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
+    const int64_t h = st.head(i);
+    const int32_t q0 = st.block(i) * kBwdBlockM;
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
+      for (int c = 0; c < kChunks; ++c) {
+        tma_load_4d(sm.q(stage) + c * kBwdBlockM * 128, tm_q, sm.qdo_full(stage), 64 * c,
+                    static_cast<int32_t>(h), q0, bb);
+        tma_load_4d(sm.dout(stage) + c * kBwdBlockM * 128, tm_do, sm.qdo_full(stage), 64 * c,
+                    static_cast<int32_t>(h), q0, bb);
+      }
+    }
+    const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
+    float* dst = sm.rows(stage);
 #pragma unroll
-  for (int kk = 0; kk < kBwdBlockM / 16; ++kk) {
-    const uint64_t db = make_smem_desc(rows + 2048 * kk, kBwdBlockM * 128, 1024);
-    WgmmaOp<kD, kBf16>::template rs<1>(acc, frag[kk], db, 1u);
+    for (int j = 0; j < 2; ++j) {
+      const int r = lane + 32 * j;
+      const bool ok = q0 + r < len_q;
+      dst[r] = ok ? p.lse2[w0 + r] : 0.0f;
+      dst[kBwdBlockM + r] = ok ? p.dsum[w0 + r] : 0.0f;
+    }
+    mbarrier_arrive(sm.qdo_full(stage));
   }
 }
 
-// An m64n64 accumulator tile as the A registers of a wgmma (two elements a register).
-template <class T>
-__device__ __forceinline__ void pack_frag(uint32_t (&frag)[4][4], const float* x) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) frag[kk][r] = cuda::pack2<T>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+// The producer's second warp (one lane): each step's dQ staging, once its writers are done,
+// added into dq_accum by one bulk reduction, the buffer released once the reduction has read
+// it. Deterministic mode: each addition waits for its turn in the query block's order and
+// raises the counter after it (or at the next addition: bwd_order.h).
+template <int kD, class Mask>
+__device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
+                                              int n_block, bool defer) {
+  const cuda::KernelParams& f = p.f;
+  const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
+  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
+  const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
+  int* raise = nullptr;  // deferred: the counter to raise at the next addition
+  for (int64_t i = 0; i < st.count; ++i) {
+    const int buf = static_cast<int>(i & 1);
+    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
+    const int64_t h = st.head(i);
+    const int m = st.block(i), q0 = m * kBwdBlockM;
+    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
+    int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
+    if (order) {                       // after the key blocks before this one in the query block's order
+      if (raise) release_turn(raise);  // the last addition
+      raise = nullptr;
+      int nb = 0, ne = 0;
+      band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
+      const int turn = dq_order.turn(n_block, nb, ne);
+      const uint32_t start = static_cast<uint32_t>(clock());
+      while (load_acquire(order) != turn)
+        if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
+      fence_proxy_async_global();
+    }
+    bulk_reduce_add_f32(dst, sm.dq(buf), kBwdBlockM * kD * 4);
+    tma_store_commit();
+    if (order && defer)
+      raise = order;
+    else if (order)
+      release_turn(order);
+    tma_store_wait_read();
+    mbarrier_arrive(sm.dq_empty(buf));
+  }
+  bulk_wait_all();  // the last addition complete (its writes performed)
+  if (raise) release_turn(raise);
 }
 
-template <int kD, class T, class Mask, class Load, class Put>
+// A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
+template <int kD, class T, class Mask>
 __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
-                                             int64_t hk, int64_t b, int m_begin, int m_count, int64_t steps,
-                                             bool defer, const Load& load_step, const Put& put_rows) {
+                                             const BwdSteps& st) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
-  const bool issuer = w == 0 && tid == 0;
-  const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
-  int* raise = nullptr;                  // deferred: the counter to raise at the next addition (bwd_order.h)
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
@@ -161,16 +198,10 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
   mbarrier_wait<false>(sm.kv_full(), 0);
 
-  for (int64_t i = 0; i < steps; ++i) {
-    // Step i + 1's tiles into the other stage: step i - 1, its last reader, has passed both
-    // warpgroups' last barrier.
-    const bool loads = w == 0 && warp == 0 && i + 1 < steps;
-    BwdRows next;
-    if (loads) next = load_step(i + 1);
+  for (int64_t i = 0; i < st.count; ++i) {
     const int stage = static_cast<int>(i & 1);
     const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
-    const int64_t h = hk * f.group + i / m_count;
-    const int m = m_begin + static_cast<int>(i % m_count), q0 = m * kBwdBlockM;
+    const int q0 = st.block(i) * kBwdBlockM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
     const float* dsum = lse2 + kBwdBlockM;
@@ -261,54 +292,33 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
       }
       wgmma_commit();
     }
-    if (loads) put_rows(i + 1, next);  // read at step i + 1, after this step's barriers
     wgmma_wait<0>();
     fence_operands<kD / 2>(dk);
     fence_operands<kD / 2>(dv);
     if (do_dq) fence_operands<32>(dq);
 
-    // dQ through shared memory to one bulk addition into dq_accum.
-    if (issuer) tma_store_wait_read();     // the last step's addition has read the staging
-    named_sync(2, 2 * kWarpgroupThreads);  // (and every dQ GEMM of this step has read dS)
-    if (do_dq) {  // in the accumulators' order (bwd.h: dq_accum), 512 contiguous bytes a warp's store
-      float4* out = reinterpret_cast<float4*>(sm.dq() + dq_chunk * kBwdBlockM * 64);
+    // Every GEMM of this step has read dS, Q, dO and the rows in both warpgroups: the stage
+    // goes back to the loader, and dS may be written again.
+    named_sync(2, 2 * kWarpgroupThreads);
+    if (w == 0 && tid == 0) mbarrier_arrive(sm.qdo_empty(stage));
+    // dQ into the staging buffer the writer has released, in the accumulators' order (bwd.h:
+    // dq_accum), 512 contiguous bytes a warp's store.
+    if (do_dq) {
+      const int buf = static_cast<int>(i & 1);
+      mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
+      float4* out = reinterpret_cast<float4*>(sm.dq(buf) + dq_chunk * kBwdBlockM * 64);
 #pragma unroll
       for (int g = 0; g < 8; ++g)
         out[g * kWarpgroupThreads + tid] =
             make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
+      fence_proxy_async();
+      mbarrier_arrive(sm.dq_full(buf));
     }
-    fence_proxy_async();
-    named_sync(2, 2 * kWarpgroupThreads);
-    if (issuer) {
-      float* dst = p.dq_accum + ((b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
-      int* order = p.dq_order ? p.dq_order + (b * f.heads_q + h) * p.m_blocks + m : nullptr;
-      if (order) {                       // after the key blocks before this one in the query block's order
-        if (raise) release_turn(raise);  // the last addition, issued a step ago
-        raise = nullptr;
-        int nb = 0, ne = 0;
-        band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
-        const int turn = dq_order.turn(n_block, nb, ne);
-        const uint32_t start = static_cast<uint32_t>(clock());
-        while (load_acquire(order) != turn)
-          if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
-        fence_proxy_async_global();
-      }
-      bulk_reduce_add_f32(dst, sm.dq(), kBwdBlockM * kD * 4);
-      tma_store_commit();
-      if (order && defer)
-        raise = order;
-      else if (order)
-        release_turn(order);
-    }
-  }
-  if (issuer) {
-    bulk_wait_all();  // the last addition complete (its reads of shared memory and its writes)
-    if (raise) release_turn(raise);
   }
 
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
-  T* dk_out = static_cast<T*>(p.dk) + b * p.dk_sb + hk * p.dk_sh;
-  T* dv_out = static_cast<T*>(p.dv) + b * p.dv_sb + hk * p.dv_sh;
+  T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh;
+  T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh;
 #pragma unroll
   for (int e = 0; e < kD / 2; e += 2) {
     const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
@@ -321,13 +331,12 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
 }
 
 template <int kD, class T, class Mask>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD>;
-  constexpr int kChunks = kD / 64;
   extern __shared__ uint8_t smem_raw[];
   const Smem sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
@@ -335,80 +344,44 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t linear = blockIdx.x;
   const DqOrder order{Mask::kMasks && p.dq_order != nullptr};  // launch order (bwd_order.h)
   const int n_block = order.key_block(static_cast<int>(linear % p.n_blocks), static_cast<int>(p.n_blocks));
-  const int64_t hk = (linear / p.n_blocks) % p.heads_kv, b = linear / p.n_blocks / p.heads_kv;
+  BwdSteps st{};
+  st.hk = (linear / p.n_blocks) % p.heads_kv;
+  st.b = linear / p.n_blocks / p.heads_kv;
+  st.group = f.group;
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
-  const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
-  int m_begin = 0, m_count = 0, prev_begin = 0, prev_count = 0;
-  bwd_query_blocks(band, n_block, len_q, kBwdBlockM, kBwdBlockN, &m_begin, &m_count);
-  if (n_block > 0)
-    bwd_query_blocks(band, n_block - 1, len_q, kBwdBlockM, kBwdBlockN, &prev_begin, &prev_count);
-  const int64_t steps = int64_t{m_count} * f.group;
-  // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
-  // block, so it reaches each block later than this one (bwd_order.h).
-  const bool defer = order.deferred(n_block, m_begin, prev_begin);
-  const int lane = threadIdx.x % 32;
-  const int32_t bb = static_cast<int32_t>(b);
-
-  // Step i's Q and dO (lane 0, TMA, completing on qdo_full), and its lse2 / dsum rows fetched
-  // into the lanes' registers (0 past the sequence: those columns are masked), by the first
-  // warp; put_rows stores the rows later, so their loads' latency passes under the step's GEMMs.
-  const auto load_step = [&](int64_t i) {
-    const int stage = static_cast<int>(i & 1);
-    const int64_t h = hk * f.group + i / m_count;
-    const int32_t q0 = (m_begin + static_cast<int32_t>(i % m_count)) * kBwdBlockM;
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
-      for (int c = 0; c < kChunks; ++c) {
-        tma_load_4d(sm.q(stage) + c * kBwdBlockM * 128, &tm_q, sm.qdo_full(stage), 64 * c,
-                    static_cast<int32_t>(h), q0, bb);
-        tma_load_4d(sm.dout(stage) + c * kBwdBlockM * 128, &tm_do, sm.qdo_full(stage), 64 * c,
-                    static_cast<int32_t>(h), q0, bb);
-      }
-    }
-    BwdRows rows;
-    const int64_t w0 = b * p.w_sb + h * p.w_sh + q0;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int r = lane + 32 * j;
-      const bool ok = q0 + r < len_q;
-      rows.lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
-      rows.dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
-    }
-    return rows;
-  };
-  const auto put_rows = [&](int64_t i, const BwdRows& rows) {
-    float* dst = sm.rows(static_cast<int>(i & 1));
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      dst[lane + 32 * j] = rows.lse2[j];
-      dst[kBwdBlockM + lane + 32 * j] = rows.dsum[j];
-    }
-  };
+  bwd_query_blocks(band, n_block, len_q, kBwdBlockM, kBwdBlockN, &st.m_begin, &st.m_count);
+  st.count = int64_t{st.m_count} * f.group;
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.kv_full(), 1);
-    for (int s = 0; s < 2; ++s) mbarrier_init(sm.qdo_full(s), 1);
+    for (int s = 0; s < 2; ++s) {
+      mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
+      mbarrier_init(sm.qdo_empty(s), 1);
+      mbarrier_init(sm.dq_full(s), kDqWriters<kD>);
+      mbarrier_init(sm.dq_empty(s), 1);
+    }
     fence_barrier_init();
   }
   __syncthreads();
-  if (threadIdx.x < 32) {
-    if (lane == 0) {
-      tma_prefetch_descriptor(&tm_q);
-      tma_prefetch_descriptor(&tm_do);
-      mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Smem::kKBytes);
-      for (int c = 0; c < kChunks; ++c) {
-        tma_load_4d(sm.k() + c * kBwdBlockN * 128, &tm_k, sm.kv_full(), 64 * c, static_cast<int32_t>(hk), k0,
-                    bb);
-        tma_load_4d(sm.v() + c * kBwdBlockN * 128, &tm_v, sm.kv_full(), 64 * c, static_cast<int32_t>(hk), k0,
-                    bb);
-      }
+  const int wg = warpgroup_index();
+  if (wg == 2) {  // the producer: registers back, then its first warp loads and its second adds dQ
+    warpgroup_reg_dealloc<24>();
+    const int warp = static_cast<int>(threadIdx.x / 32) % 4;
+    if (warp == 0) {
+      bwd_loader<kD>(sm, p, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
+    } else if (warp == 1 && threadIdx.x % 32 == 0) {
+      // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
+      // block, so it reaches each block later than this one (bwd_order.h).
+      int prev_begin = 0, prev_count = 0;
+      if (n_block > 0)
+        bwd_query_blocks(band, n_block - 1, len_q, kBwdBlockM, kBwdBlockN, &prev_begin, &prev_count);
+      bwd_dq_writer<kD, Mask>(sm, p, st, n_block, order.deferred(n_block, st.m_begin, prev_begin));
     }
-    if (steps > 0) put_rows(0, load_step(0));
+    return;
   }
-  __syncthreads();  // step 0's rows are written
-  bwd_consumer<kD, T, Mask>(sm, p, warpgroup_index(), n_block, hk, b, m_begin, m_count, steps, defer,
-                            load_step, put_rows);
+  warpgroup_reg_alloc<240>();
+  bwd_consumer<kD, T, Mask>(sm, p, wg, n_block, st);
 #endif
 }
 
