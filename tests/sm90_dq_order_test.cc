@@ -132,7 +132,9 @@ TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
       const Replay ascending = replay<WindowMask>(lq, lk, -1, 0, group, false, 132);
       ASSERT_TRUE(banded.ok && ascending.ok);
       EXPECT_EQ(banded.resident, banded.work);
-      if (lq == lk) EXPECT_GE(ascending.resident, 3 * ascending.work / 2);
+      if (lq == lk) {
+        EXPECT_GE(ascending.resident, 3 * ascending.work / 2);
+      }
     }
 }
 

@@ -8,7 +8,8 @@ A random-weight Llama (hidden 2048, 8 layers, 32 query / 8 KV heads of 64, bf16)
             after a P-token prompt, median of a few runs (torch.cuda.synchronize around each)
   agree     on a padded batch (right and left padding): each bf16 path's largest logit error
             against the same model in fp32 (sdpa), tileattn's beside sdpa's and eager's (the 2x
-            rule), and how many greedy tokens tileattn and eager each share with sdpa
+            rule), how many greedy tokens tileattn and eager each share with sdpa, and how many
+            next-token choices under sdpa's tokens as the prefix (no cascade after a flip)
     python bench/gpu/transformers_bench.py --out transformers.json
 """
 import argparse
@@ -115,12 +116,22 @@ def main():
             same = gen[impl] == gen["sdpa"]
             agree[impl] = same.float().mean().item()
             prefix[impl] = same.int().cumprod(dim=1).sum(dim=1).float().mean().item()
+        # The same question without the cascade: every path reads the prompts followed by sdpa's
+        # 32 greedy tokens in one forward, and each position's argmax is compared with sdpa's
+        # (16 x 32 next-token choices under one prefix, not a run that diverges once).
+        full = torch.cat([gids, gen["sdpa"]], dim=1)
+        fmask = torch.cat([gmask, torch.ones_like(gen["sdpa"])], dim=1)
+        choice = {impl: m(input_ids=full, attention_mask=fmask).logits[:, 199:-1].argmax(-1)
+                  for impl, m in models.items()}
+        forced = {impl: (choice[impl] == choice["sdpa"]).float().mean().item() for impl in ("tileattn", "eager")}
         rows.append(dict(kind="agree", max_logit_err=err, max_logit=truth.abs().max().item(),
-                         greedy_token_agreement_with_sdpa=agree, tokens_before_first_difference=prefix))
+                         greedy_token_agreement_with_sdpa=agree, tokens_before_first_difference=prefix,
+                         next_token_agreement_with_sdpa=forced))
         print(f"padded batch: max |logit - fp32| tileattn {err['tileattn']:.4f} sdpa {err['sdpa']:.4f} eager "
               f"{err['eager']:.4f} (logits up to {truth.abs().max().item():.2f}); greedy tokens shared with sdpa "
               f"(16 x 32): tileattn {agree['tileattn']:.3f} eager {agree['eager']:.3f}; tokens before the first "
-              f"difference: tileattn {prefix['tileattn']:.1f} eager {prefix['eager']:.1f}")
+              f"difference: tileattn {prefix['tileattn']:.1f} eager {prefix['eager']:.1f}; next-token choices shared with "
+              f"sdpa under sdpa's prefix: tileattn {forced['tileattn']:.3f} eager {forced['eager']:.3f}")
     if args.out:
         meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     commit=os.environ.get("TILEATTN_COMMIT", ""),

@@ -1,5 +1,5 @@
 // bwd_order.h: the order of the sm90 backward's dQ additions in deterministic mode, shared by
-// the kernel (bwd_kernel.cuh) and the CPU test that replays it (tests/sm90_tiles_test.cc).
+// the kernel (bwd_kernel.cuh) and the CPU test that replays it (tests/sm90_dq_order_test.cc).
 //
 // Each query block's dQ is summed over the key blocks [nb, ne) that see it, one bulk addition a
 // key block, in a fixed order kept by a counter per (batch, head, query block): key block n adds
