@@ -76,6 +76,7 @@ static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
 // D each), the first at D = 64.
 template <int kD>
 inline constexpr int kDqWriters = kD == 128 ? 2 * kWarpgroupThreads : kWarpgroupThreads;
+static_assert(kBwdBlockN == 2 * 64, "dQ's writers: two consumer warpgroups of 64 keys, D = 64 or 128");
 
 // A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
 // m_count (every query head of the KV head's group, every query block that sees the keys).
@@ -87,9 +88,9 @@ struct BwdSteps {
 };
 
 // The producer's first warp: K and V once, then each step's Q and dO (lane 0, TMA) and its lse2
-// / dsum rows (every lane two of them, 0 past the sequence: those columns are masked) into the
-// stage its consumers have released. qdo_full completes on lane 0's expected bytes and the 32
-// lanes' arrivals after their row stores.
+// / dsum rows (every lane two of them, 0 past the sequence: those columns are masked; loaded
+// before the wait for the stage, stored after it) into the stage its consumers have released.
+// qdo_full completes on lane 0's expected bytes and the 32 lanes' arrivals after their stores.
 template <int kD>
 __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
                                            int k0, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
@@ -109,9 +110,18 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
   }
   for (int64_t i = 0; i < st.count; ++i) {
     const int stage = static_cast<int>(i & 1);
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
     const int64_t h = st.head(i);
     const int32_t q0 = st.block(i) * kBwdBlockM;
+    const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
+    float lse2[2], dsum[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r = lane + 32 * j;
+      const bool ok = q0 + r < len_q;
+      lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
+      dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
+    }
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
     if (lane == 0) {
       mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
       for (int c = 0; c < kChunks; ++c) {
@@ -121,14 +131,11 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
                     static_cast<int32_t>(h), q0, bb);
       }
     }
-    const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
     float* dst = sm.rows(stage);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int r = lane + 32 * j;
-      const bool ok = q0 + r < len_q;
-      dst[r] = ok ? p.lse2[w0 + r] : 0.0f;
-      dst[kBwdBlockM + r] = ok ? p.dsum[w0 + r] : 0.0f;
+      dst[lane + 32 * j] = lse2[j];
+      dst[kBwdBlockM + lane + 32 * j] = dsum[j];
     }
     mbarrier_arrive(sm.qdo_full(stage));
   }
@@ -136,8 +143,9 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
 
 // The producer's second warp (one lane): each step's dQ staging, once its writers are done,
 // added into dq_accum by one bulk reduction, the buffer released once the reduction has read
-// it. Deterministic mode: each addition waits for its turn in the query block's order and
-// raises the counter after it (or at the next addition: bwd_order.h).
+// it. Deterministic mode: each addition waits for its turn in the query block's order (polling
+// with a short sleep, so the spin takes few issue slots from the consumers beside it) and
+// raises the counter once the addition is complete (or at the next addition: bwd_order.h).
 template <int kD, class Mask>
 __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
                                               int n_block, bool defer) {
@@ -160,18 +168,20 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
       band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
       const int turn = dq_order.turn(n_block, nb, ne);
       const uint32_t start = static_cast<uint32_t>(clock());
-      while (load_acquire(order) != turn)
+      while (load_acquire(order) != turn) {
+        __nanosleep(32);
         if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
+      }
       fence_proxy_async_global();
     }
     bulk_reduce_add_f32(dst, sm.dq(buf), kBwdBlockM * kD * 4);
     tma_store_commit();
+    tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
+    mbarrier_arrive(sm.dq_empty(buf));
     if (order && defer)
       raise = order;
     else if (order)
       release_turn(order);
-    tma_store_wait_read();
-    mbarrier_arrive(sm.dq_empty(buf));
   }
   bulk_wait_all();  // the last addition complete (its writes performed)
   if (raise) release_turn(raise);
