@@ -15,7 +15,7 @@ checked=0
 for obj in src/CMakeFiles/tileattn.dir/cuda/sm90/forward.cu.o src/CMakeFiles/tileattn.dir/cuda/sm90/bwd.cu.o; do
   cmd=$(ninja -C "$build" -t commands "$obj" 2>/dev/null | tail -1) || continue
   [[ $cmd == *nvcc* ]] || continue
-  cmd=${cmd//" -o $obj "/" -o $tmp/out.o "}
+  cmd=${cmd//" -o $obj"/" -o $tmp/out.o"}  # (-o ends nvcc's command line)
   (cd "$build" && eval "$cmd -Xptxas=-v") >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
   checked=$((checked + 1))
   if grep -E "\(C75[0-9]+\)" "$tmp/log" | grep -vE "$known" >"$tmp/bad"; then
