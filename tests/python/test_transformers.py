@@ -2,8 +2,9 @@
 20 optimizer steps its losses follow the float64 run as closely as the sdpa path's do
 (|loss - loss_fp64| <= 2 |loss_sdpa - loss_fp64| + atol at every step); on a padded batch its
 logits follow float64 by the same rule and it trains; greedy generation with left padding and
-transformers' cache agrees with sdpa's tokens as often as eager does. CPU; skipped without torch
-or transformers."""
+transformers' cache agrees with sdpa's tokens as often as eager does; packed rows (padding-free
+batches, by position_ids or cu_seq_lens) give each sequence's logits and gradients as if it ran
+alone. CPU; skipped without torch or transformers."""
 
 import pytest
 
@@ -91,3 +92,49 @@ def test_padded_batch_trains():
     labels = tokens.masked_fill(mask == 0, -100)
     model(input_ids=tokens, attention_mask=mask, labels=labels).loss.backward()
     assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters() if p.requires_grad)
+
+
+def packed_pair():
+    """Two sequences (7 and 11 tokens) as one row, position_ids restarting at 0, and their cu_seqlens."""
+    g = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(1, 96, (1, n), generator=g) for n in (7, 11)]
+    pos = torch.cat([torch.arange(s.shape[1]) for s in seqs])[None]
+    return seqs, torch.cat(seqs, dim=1), pos, torch.tensor([0, 7, 18], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("how", ["position_ids", "cu_seq_lens"])
+def test_packed_sequences_attend_within_themselves(how):
+    # Padding-free batches: each sequence's logits as if it ran alone, by the 2x rule against
+    # float64 runs of each sequence alone (attention across the boundary is far outside it).
+    seqs, packed, pos, cu = packed_pair()
+    extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=11, max_length_k=11) if how == "cu_seq_lens" else {}
+    with torch.no_grad():
+        truth = torch.cat([tiny_llama("sdpa", torch.float64)(input_ids=s).logits for s in seqs], dim=1)
+        sdpa = torch.cat([tiny_llama("sdpa")(input_ids=s).logits for s in seqs], dim=1)
+        ours = tiny_llama("tileattn")(input_ids=packed, position_ids=pos, **extra).logits
+        crossed = tiny_llama("sdpa")(input_ids=packed).logits  # one sequence of 18: what packing must avoid
+    err, err_sdpa, err_crossed = ((x.double() - truth).abs().max().item() for x in (ours, sdpa, crossed))
+    assert err <= 2 * err_sdpa + 1e-5, (err, err_sdpa)
+    assert err_crossed > 100 * (err + 1e-6), err_crossed  # the check would see attention across the boundary
+
+
+def test_packed_batch_trains_as_its_sequences_do():
+    # The gradient of the packed row's loss is the sum of its sequences' own (fp32, by the 2x rule).
+    seqs, packed, pos, _ = packed_pair()
+    def grads(attn, dtype, batches):
+        model = tiny_llama(attn, dtype).train()
+        for kw in batches:
+            model(**kw, labels=kw["input_ids"]).loss.backward()  # each loss a mean over its own tokens
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+    alone = [dict(input_ids=s) for s in seqs]
+    truth, sdpa = grads("sdpa", torch.float64, alone), grads("sdpa", torch.float32, alone)
+    # One packed row: its loss averages over all tokens, so weight each sequence's like its own.
+    model = tiny_llama("tileattn").train()
+    logits = model(input_ids=packed, position_ids=pos).logits
+    loss = 0
+    for s, (a, b) in zip(seqs, ((0, 7), (7, 18))):
+        loss = loss + torch.nn.functional.cross_entropy(logits[0, a:b - 1], s[0, 1:])
+    loss.backward()
+    ours = torch.cat([p.grad.flatten() for p in model.parameters()])
+    err, err_sdpa = ((x.double() - truth).abs().max().item() for x in (ours, sdpa))
+    assert err <= 2 * err_sdpa + 1e-6, (err, err_sdpa)

@@ -10,7 +10,11 @@ with its causal flag, scaling, softcap and sliding window. Unpadded batches go t
 flash-attention-style masking) is packed: its valid tokens become the sequences of
 :func:`tileattn.flash_attn_varlen_func` and the output is scattered back, zeros at padding. That
 covers training and prefill on padded batches and generation with transformers' cache (the
-keys of every past step plus the new ones, left padding included).
+keys of every past step plus the new ones, left padding included). A batch that is already
+packed (padding-free training: several sequences in one row) is attended per sequence, as
+transformers' flash path does: from the ``cu_seq_lens_q`` / ``cu_seq_lens_k`` arguments when
+the caller passes them (``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), else
+from ``position_ids`` that restart at 0 where a sequence starts.
 """
 
 import torch
@@ -25,6 +29,28 @@ def _unpad(x, mask):
     cu = torch.nn.functional.pad(torch.cumsum(lens, dim=0, dtype=torch.int32), (1, 0))
     rows = x.reshape(-1, *x.shape[2:]).index_select(0, indices)
     return rows, indices, cu, int(lens.max()) if lens.numel() else 0
+
+
+def _packed_sequences(q, k, kwargs):
+    """(cu_q, cu_k, max_q, max_k) of a packed batch (one row holding several sequences), or None."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None:
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        longest = lambda cu: int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+        return (cu_q.to(torch.int32), cu_k.to(torch.int32), longest(cu_q) if max_q is None else int(max_q),
+                longest(cu_k) if max_k is None else int(max_k))
+    pos = kwargs.get("position_ids")
+    if pos is None or q.shape[0] != 1 or q.shape[1] == 1 or q.shape[1] != k.shape[1] or pos.numel() != q.shape[1]:
+        return None
+    pos = pos.reshape(-1)
+    if bool((pos[1:] == pos[:-1] + 1).all()):  # one sequence: positions never restart
+        return None
+    starts = torch.nonzero(pos == 0).flatten()
+    if starts.numel() == 0 or int(starts[0]) != 0:
+        raise NotImplementedError("tileattn: position_ids restart but not at 0; cannot tell the packed sequences")
+    cu = torch.nn.functional.pad(starts.to(torch.int32), (0, 1), value=q.shape[1])
+    longest = int((cu[1:] - cu[:-1]).max())
+    return cu, cu, longest, longest
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
@@ -43,7 +69,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     options = dict(causal=causal, softmax_scale=scaling, window_size=window, softcap=softcap or 0.0)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))
     if attention_mask is None:
-        return tileattn.flash_attn_func(q, k, v, **options), None
+        packed = _packed_sequences(q, k, kwargs)
+        if packed is None:
+            return tileattn.flash_attn_func(q, k, v, **options), None
+        rows = tileattn.flash_attn_varlen_func(*(x.reshape(-1, *x.shape[2:]) for x in (q, k, v)), *packed, **options)
+        return rows.reshape(q.shape[0], q.shape[1], *rows.shape[1:]), None
     if attention_mask.dim() != 2:
         raise NotImplementedError(
             f"tileattn: a {attention_mask.dim()}-D attention mask; tileattn takes transformers' 2-D padding "
