@@ -10,7 +10,8 @@
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);
 //   dS^T written to shared memory as dS [query][key]; dQ = dS K (each warpgroup one half of
-//   D at D = 128, the first one all of it at D = 64) staged in fp32 and added into the fp32
+//   D at D = 128; at D = 64 each all of D over its own 64 keys, the two halves added by the
+//   conversion into dq, so both warpgroups do the same work) staged in fp32 and added into the fp32
 //   dq_accum with one bulk reduction (cp.reduce.async.bulk .add.f32) a step; with dq_order the
 //   additions to a query block run in key-block order (deterministic mode).
 // dK and dV stay in registers over the steps and are written once at the end.
@@ -38,12 +39,12 @@ namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
 // of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), two
-// buffers of dQ's fp32 staging ([64][D], in the accumulators' order), two stages of lse2 / dsum
+// buffers of dQ's fp32 staging (64 x kBwdDqCols, in the accumulators' order), two stages of lse2 / dsum
 // rows and the barriers; every tile on a 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
   static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
-  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * kD * 4;
+  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * kBwdDqCols * 4;
   static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
   static constexpr int kBytes =
       1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
@@ -72,11 +73,8 @@ struct BwdSmem {
 static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
               "the D = 128 backward needs more shared memory than a CTA has");
 
-// The threads that write a dQ staging buffer: both consumer warpgroups at D = 128 (one half of
-// D each), the first at D = 64.
-template <int kD>
-inline constexpr int kDqWriters = kD == 128 ? 2 * kWarpgroupThreads : kWarpgroupThreads;
-static_assert(kBwdBlockN == 2 * 64, "dQ's writers: two consumer warpgroups of 64 keys, D = 64 or 128");
+static_assert(kBwdBlockN == 2 * 64 && kBwdDqCols == 2 * 64,
+              "two consumer warpgroups of 64 keys, dQ halves of 64");
 
 // A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
 // m_count (every query head of the KV head's group, every query block that sees the keys).
@@ -159,7 +157,7 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
     mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
     const int64_t h = st.head(i);
     const int m = st.block(i), q0 = m * kBwdBlockM;
-    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
+    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kBwdDqCols;
     int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
     if (order) {                       // after the key blocks before this one in the query block's order
       if (raise) release_turn(raise);  // the last addition
@@ -174,7 +172,7 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
       }
       fence_proxy_async_global();
     }
-    bulk_reduce_add_f32(dst, sm.dq(buf), kBwdBlockM * kD * 4);
+    bulk_reduce_add_f32(dst, sm.dq(buf), BwdSmem<kD>::kDqBytes);
     tma_store_commit();
     tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
     mbarrier_arrive(sm.dq_empty(buf));
@@ -198,10 +196,10 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   const bool softcap = f.transform == cuda::ScoreTransform::kSoftcap;
-  // D = 128: each warpgroup computes dQ's columns of its own 64-column chunk; D = 64: the first
-  // one computes them all.
-  const bool do_dq = kD == 128 || w == 0;
-  const int dq_chunk = kD == 128 ? w : 0;
+  // dQ = dS K: D = 128, each warpgroup dQ's 64 columns of chunk w over all 128 keys; D = 64,
+  // each all 64 columns over its own 64 keys (dS's key chunk w, K's rows 64 w on).
+  const int dq_chunk = kD == 128 ? w : 0, dq_k0 = kD == 128 ? 0 : 4 * w;
+  constexpr int kDqSteps = kD == 128 ? kBwdBlockN / 16 : 64 / 16;
 
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
@@ -291,39 +289,35 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     fence_proxy_async();
     named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
     float dq[32];
-    if (do_dq) {
-      wgmma_fence();
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBwdBlockN / 16; ++kk) {
-        const uint64_t da = make_smem_desc(sm.ds() + (kk / 4) * kBwdBlockM * 128 + 32 * (kk % 4), 16, 1024);
-        const uint64_t db =
-            make_smem_desc(sm.k() + dq_chunk * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
-        WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
-      }
-      wgmma_commit();
+    for (int j = 0; j < kDqSteps; ++j) {
+      const int kk = dq_k0 + j;  // keys 16 kk on
+      const uint64_t da = make_smem_desc(sm.ds() + (kk / 4) * kBwdBlockM * 128 + 32 * (kk % 4), 16, 1024);
+      const uint64_t db =
+          make_smem_desc(sm.k() + dq_chunk * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
+      WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, j > 0 ? 1u : 0u);
     }
+    wgmma_commit();
     wgmma_wait<0>();
     fence_operands<kD / 2>(dk);
     fence_operands<kD / 2>(dv);
-    if (do_dq) fence_operands<32>(dq);
+    fence_operands<32>(dq);
 
     // Every GEMM of this step has read dS, Q, dO and the rows in both warpgroups: the stage
     // goes back to the loader, and dS may be written again.
     named_sync(2, 2 * kWarpgroupThreads);
     if (w == 0 && tid == 0) mbarrier_arrive(sm.qdo_empty(stage));
-    // dQ into the staging buffer the writer has released, in the accumulators' order (bwd.h:
-    // dq_accum), 512 contiguous bytes a warp's store.
-    if (do_dq) {
-      const int buf = static_cast<int>(i & 1);
-      mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
-      float4* out = reinterpret_cast<float4*>(sm.dq(buf) + dq_chunk * kBwdBlockM * 64);
+    // dQ into half w of the staging buffer the writer has released, in the accumulators' order
+    // (bwd.h: dq_accum), 512 contiguous bytes a warp's store.
+    const int buf = static_cast<int>(i & 1);
+    mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
+    float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * kBwdBlockM * 64);
 #pragma unroll
-      for (int g = 0; g < 8; ++g)
-        out[g * kWarpgroupThreads + tid] =
-            make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
-      fence_proxy_async();
-      mbarrier_arrive(sm.dq_full(buf));
-    }
+    for (int g = 0; g < 8; ++g)
+      out[g * kWarpgroupThreads + tid] = make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
+    fence_proxy_async();
+    mbarrier_arrive(sm.dq_full(buf));
   }
 
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
@@ -368,7 +362,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
       mbarrier_init(sm.qdo_empty(s), 1);
-      mbarrier_init(sm.dq_full(s), kDqWriters<kD>);
+      mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
       mbarrier_init(sm.dq_empty(s), 1);
     }
     fence_barrier_init();
