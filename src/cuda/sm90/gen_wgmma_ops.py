@@ -5,7 +5,7 @@ script spells them out. Run it from this directory after changing SHAPES:
     python3 gen_wgmma_ops.py > wgmma_ops.cuh
 """
 
-SHAPES = [32, 64, 80, 96, 128, 176, 192, 256]  # N of m64nNk16 (a multiple of 16 keeps P V's k-steps whole; 32: the D = 64 backward's dQ halves)
+SHAPES = [64, 80, 96, 128, 176, 192, 256]  # N of m64nNk16 (a multiple of 16 keeps P V's k-steps whole)
 
 HEADER = """\
 // wgmma_ops.cuh: the wgmma.mma_async instructions tileattn uses, m64nNk16 with fp32
