@@ -50,7 +50,7 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
   kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
   kp.n_blocks = (p.seqlen_k + sm90::kBwdBlockN - 1) / sm90::kBwdBlockN;
   kp.m_blocks = (p.seqlen_q + sm90::kBwdBlockM - 1) / sm90::kBwdBlockM;
-  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * sm90::kBwdBlockM * sm90::kBwdDqCols;
+  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * sm90::kBwdBlockM * p.head_dim;
   const int64_t orders = b.deterministic ? p.batch * p.heads_q * kp.m_blocks : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
   kp.dq_accum = scratch.data();

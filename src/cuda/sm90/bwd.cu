@@ -35,12 +35,10 @@ void launch(const BackwardParams& b, const BwdParams& kp) {
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 
-// One thread per float4 of dq (bwd.h: a 64-row tile of dq_accum is 2 halves in the wgmma
-// accumulators' order): element j of float4 g of thread t in half c sits at row 16 (t / 32) +
-// (t % 32) / 4 + 8 (j / 2) and column 8 g + 2 (t % 4) + j % 2 of the half, so it holds two pairs
-// of columns in rows r and r + 8. D = 128: half c is columns 64 c on; D = 64: both halves are
-// the whole of dQ (one warpgroup's keys each) and are added. Rows past the sequence are not
-// written.
+// One thread per float4 of dq_accum (bwd.h: a 64-row tile in the wgmma accumulators' order):
+// element j of float4 g of thread t in column chunk c sits at row 16 (t / 32) + (t % 32) / 4 +
+// 8 (j / 2) and column 64 c + 8 g + 2 (t % 4) + j % 2, so it holds two pairs of columns in rows
+// r and r + 8; rows past the sequence are not written.
 template <class T>
 __global__ void __launch_bounds__(256)
     dq_convert(const float* accum, T* dq, int64_t m_blocks, int64_t len, int64_t heads, int64_t head_dim,
@@ -52,12 +50,7 @@ __global__ void __launch_bounds__(256)
             t = within % 128;
   const int64_t bh = tile / m_blocks, h = bh % heads, b = bh / heads;
   const int64_t row = tile % m_blocks * kBwdBlockM + 16 * (t / 32) + t % 32 / 4;
-  const float4* src = reinterpret_cast<const float4*>(accum) + tile * (kBwdBlockM * kBwdDqCols / 4) + within;
-  float4 v = src[0];
-  if (head_dim == 64) {
-    const float4 w = src[1024];
-    v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
-  }
+  const float4 v = reinterpret_cast<const float4*>(accum)[idx];
   T* out = dq + b * sb + h * sh + 64 * chunk + 8 * g + 2 * (t % 4);
   if (row < len) *reinterpret_cast<uint32_t*>(out + row * sl) = cuda::pack2<T>(v.x * scale, v.y * scale);
   if (row + 8 < len)

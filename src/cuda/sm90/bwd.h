@@ -14,10 +14,6 @@ namespace tileattn::detail::sm90 {
 // consumer warpgroups of 64 keys each, walking every query head of the group and every block of
 // kBwdBlockM query rows that sees the keys.
 inline constexpr int kBwdBlockM = 64, kBwdBlockN = 128;
-// A step's dQ tile in dq_accum and in shared memory: 64 rows x 128 floats, the two consumer
-// warpgroups' halves (bwd_kernel.cuh): at D = 128 each half is 64 of dQ's columns; at D = 64
-// each is the whole of dQ from one warpgroup's 64 keys, and dq_from_accum adds the two.
-inline constexpr int kBwdDqCols = 128;
 
 struct BwdParams {
   cuda::KernelParams f;  // q, k, v, out, lse, their strides, the sequences, mask and score transform
@@ -28,11 +24,11 @@ struct BwdParams {
   const float* lse2;
   const float* dsum;
   int64_t w_sb, w_sh;
-  // dQ in fp32, [B, Hq, m_blocks] tiles of kBwdBlockM x kBwdDqCols, zeroed before the launch;
-  // each CTA adds its part of every query block it sees with one bulk reduction. A tile is laid
-  // out in the order of the m64n64 wgmma accumulators that compute it, [2 halves][8][128
-  // threads][4] (wgmma_ops.cuh gives element i's row and column), so the staging stores of a
-  // warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: the
+  // dQ in fp32, [B, Hq, m_blocks] tiles of kBwdBlockM x D, zeroed before the launch; each CTA
+  // adds its part of every query block it sees with one bulk reduction. A tile is laid out in
+  // the order of the m64n64 wgmma accumulators that compute it, [D / 64][8][128 threads][4]
+  // (wgmma_ops.cuh gives element i's row and column), so the staging stores of a warp are 512
+  // contiguous bytes; dq_from_accum maps it back. deterministic: the
   // per-(batch, head, query block) counters that order those additions by key block, zeroed.
   float* dq_accum;
   int* dq_order;

@@ -10,8 +10,8 @@
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);
 //   dS^T written to shared memory as dS [query][key]; dQ = dS K (each warpgroup one half of
-//   D at D = 128; at D = 64 each all of D over its own 64 keys, the two halves added by the
-//   conversion into dq, so both warpgroups do the same work) staged in fp32 and added into the fp32
+//   D at D = 128; at D = 64 each all of D over its own 64 keys, so both do the same work, and
+//   the producer adds the two in shared memory) staged in fp32 and added into the fp32
 //   dq_accum with one bulk reduction (cp.reduce.async.bulk .add.f32) a step; with dq_order the
 //   additions to a query block run in key-block order (deterministic mode).
 // dK and dV stay in registers over the steps and are written once at the end.
@@ -39,12 +39,12 @@ namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
 // of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), two
-// buffers of dQ's fp32 staging (64 x kBwdDqCols, in the accumulators' order), two stages of lse2 / dsum
-// rows and the barriers; every tile on a 1024-byte boundary.
+// buffers of dQ's fp32 staging (64 x 128: the two consumers' halves, in the accumulators'
+// order), two stages of lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
   static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
-  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * kBwdDqCols * 4;
+  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * 128 * 4;
   static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
   static constexpr int kBytes =
       1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
@@ -63,7 +63,7 @@ struct BwdSmem {
     return reinterpret_cast<uint64_t*>(ds() + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes);
   }
   // [0] K and V landed; stage s's Q, dO and rows landed / read by every consumer; dQ staging
-  // buffer s written by every consumer that computes dQ / read by its bulk addition.
+  // buffer s written by both consumers / read by its bulk addition.
   __device__ uint64_t* kv_full() const { return barriers(); }
   __device__ uint64_t* qdo_full(int s) const { return barriers() + 1 + s; }
   __device__ uint64_t* qdo_empty(int s) const { return barriers() + 3 + s; }
@@ -73,8 +73,7 @@ struct BwdSmem {
 static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
               "the D = 128 backward needs more shared memory than a CTA has");
 
-static_assert(kBwdBlockN == 2 * 64 && kBwdDqCols == 2 * 64,
-              "two consumer warpgroups of 64 keys, dQ halves of 64");
+static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys, each staging a 64 x 64 half of dQ");
 
 // A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
 // m_count (every query head of the KV head's group, every query block that sees the keys).
@@ -139,9 +138,11 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
   }
 }
 
-// The producer's second warp (one lane): each step's dQ staging, once its writers are done,
-// added into dq_accum by one bulk reduction, the buffer released once the reduction has read
-// it. Deterministic mode: each addition waits for its turn in the query block's order (polling
+// The producer's second warp: each step's dQ staging, once both consumers have written it,
+// added into dq_accum by one bulk reduction (lane 0), the buffer released once the reduction
+// has read it. At D = 64 the consumers' halves (each all of dQ over one's 64 keys) are added
+// first, in shared memory, by the warp's lanes, so the reduction moves 64 x D floats.
+// Deterministic mode: each addition waits for its turn in the query block's order (polling
 // with a short sleep, so the spin takes few issue slots from the consumers beside it) and
 // raises the counter once the addition is complete (or at the next addition: bwd_order.h).
 template <int kD, class Mask>
@@ -149,40 +150,57 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
                                               int n_block, bool defer) {
   const cuda::KernelParams& f = p.f;
   const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
-  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
+  const int lane = threadIdx.x % 32, len_q = static_cast<int>(f.seqlen_q),
+            len_k = static_cast<int>(f.seqlen_k);
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
     const int buf = static_cast<int>(i & 1);
     mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
-    const int64_t h = st.head(i);
-    const int m = st.block(i), q0 = m * kBwdBlockM;
-    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kBwdDqCols;
-    int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
-    if (order) {                       // after the key blocks before this one in the query block's order
-      if (raise) release_turn(raise);  // the last addition
-      raise = nullptr;
-      int nb = 0, ne = 0;
-      band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
-      const int turn = dq_order.turn(n_block, nb, ne);
-      const uint32_t start = static_cast<uint32_t>(clock());
-      while (load_acquire(order) != turn) {
-        __nanosleep(32);
-        if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
+    if constexpr (kD == 64) {  // half 0 += half 1, element for element (the same accumulator order)
+      float4* half = reinterpret_cast<float4*>(sm.dq(buf));
+      constexpr int kVecs = kBwdBlockM * 64 / 4;
+#pragma unroll 1
+      for (int j = lane; j < kVecs; j += 32) {
+        const float4 a = half[j], c = half[kVecs + j];
+        half[j] = make_float4(a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w);
       }
-      fence_proxy_async_global();
+      fence_proxy_async();  // read next by the bulk reduction
+      __syncwarp();
     }
-    bulk_reduce_add_f32(dst, sm.dq(buf), BwdSmem<kD>::kDqBytes);
-    tma_store_commit();
-    tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
-    mbarrier_arrive(sm.dq_empty(buf));
-    if (order && defer)
-      raise = order;
-    else if (order)
-      release_turn(order);
+    if (lane == 0) {
+      const int64_t h = st.head(i);
+      const int m = st.block(i), q0 = m * kBwdBlockM;
+      float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
+      int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
+      if (order) {                       // after the key blocks before this one in the query block's order
+        if (raise) release_turn(raise);  // the last addition
+        raise = nullptr;
+        int nb = 0, ne = 0;
+        band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
+        const int turn = dq_order.turn(n_block, nb, ne);
+        const uint32_t start = static_cast<uint32_t>(clock());
+        while (load_acquire(order) != turn) {
+          __nanosleep(32);
+          if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
+        }
+        fence_proxy_async_global();
+      }
+      bulk_reduce_add_f32(dst, sm.dq(buf), kBwdBlockM * kD * 4);
+      tma_store_commit();
+      tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
+      mbarrier_arrive(sm.dq_empty(buf));
+      if (order && defer)
+        raise = order;
+      else if (order)
+        release_turn(order);
+    }
+    __syncwarp();
   }
-  bulk_wait_all();  // the last addition complete (its writes performed)
-  if (raise) release_turn(raise);
+  if (lane == 0) {
+    bulk_wait_all();  // the last addition complete (its writes performed)
+    if (raise) release_turn(raise);
+  }
 }
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
@@ -374,7 +392,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     const int warp = static_cast<int>(threadIdx.x / 32) % 4;
     if (warp == 0) {
       bwd_loader<kD>(sm, p, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
-    } else if (warp == 1 && threadIdx.x % 32 == 0) {
+    } else if (warp == 1) {
       // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
       // block, so it reaches each block later than this one (bwd_order.h).
       int prev_begin = 0, prev_count = 0;
