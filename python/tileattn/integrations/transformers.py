@@ -31,25 +31,28 @@ def _unpad(x, mask):
     return rows, indices, cu, int(lens.max()) if lens.numel() else 0
 
 
+def _longest(cu):
+    return int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+
+
 def _packed_sequences(q, k, kwargs):
     """(cu_q, cu_k, max_q, max_k) of a packed batch (one row holding several sequences), or None."""
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if cu_q is not None and cu_k is not None:
         max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
-        longest = lambda cu: int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
-        return (cu_q.to(torch.int32), cu_k.to(torch.int32), longest(cu_q) if max_q is None else int(max_q),
-                longest(cu_k) if max_k is None else int(max_k))
+        return (cu_q.to(torch.int32), cu_k.to(torch.int32), _longest(cu_q) if max_q is None else int(max_q),
+                _longest(cu_k) if max_k is None else int(max_k))
     pos = kwargs.get("position_ids")
     if pos is None or q.shape[0] != 1 or q.shape[1] == 1 or q.shape[1] != k.shape[1] or pos.numel() != q.shape[1]:
         return None
-    pos = pos.reshape(-1)
-    if bool((pos[1:] == pos[:-1] + 1).all()):  # one sequence: positions never restart
+    starts = torch.nonzero(pos.reshape(-1) == 0).flatten().tolist()  # one read of the device
+    if starts in ([], [0]):  # one sequence: positions never restart at 0
         return None
-    starts = torch.nonzero(pos == 0).flatten()
-    if starts.numel() == 0 or int(starts[0]) != 0:
+    if starts[0] != 0:
         raise NotImplementedError("tileattn: position_ids restart but not at 0; cannot tell the packed sequences")
-    cu = torch.nn.functional.pad(starts.to(torch.int32), (0, 1), value=q.shape[1])
-    longest = int((cu[1:] - cu[:-1]).max())
+    ends = starts[1:] + [q.shape[1]]
+    cu = torch.tensor(starts + ends[-1:], dtype=torch.int32, device=q.device)
+    longest = max(e - s for s, e in zip(starts, ends))
     return cu, cu, longest, longest
 
 
