@@ -39,6 +39,10 @@ double grad_atol(DType dtype, double scale) {
 
 }  // namespace
 
+bool same_bits(const Grads& a, const Grads& b) {
+  return a.dq.bytes() == b.dq.bytes() && a.dk.bytes() == b.dk.bytes() && a.dv.bytes() == b.dv.bytes();
+}
+
 Grads fresh_grads(const Problem& p, DType dtype) {
   Grads g{like_q(p, dtype, p.q_layout), like_k(p, dtype, p.kv_layout), like_k(p, dtype, p.kv_layout)};
   g.dq.poison(), g.dk.poison(), g.dv.poison();

@@ -16,6 +16,7 @@ struct Grads {
   HostTensor dq, dk, dv;
 };
 Grads fresh_grads(const Problem& p, DType dtype);  // poisoned, in q's and k's layouts
+bool same_bits(const Grads& a, const Grads& b);    // dq, dk and dv, byte for byte
 
 // A case with its forward done on the CPU (out, lse), a random output gradient and, with
 // `with_dlse`, a random gradient of the LSE too.

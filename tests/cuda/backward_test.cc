@@ -110,14 +110,11 @@ TEST(CudaBackward, SameBitsEveryRun) {
   Options o = p.options;
   o.deterministic = true;
   const Grads first = gpu_backward(bc, o);
-  const auto same = [&](const Grads& again) {
-    return again.dq.bytes() == first.dq.bytes() && again.dk.bytes() == first.dk.bytes() &&
-           again.dv.bytes() == first.dv.bytes();
-  };
-  EXPECT_TRUE(same(gpu_backward(bc, p.options)));  // deterministic or not: one order either way
-  int64_t differing = 0;                           // 1000 runs into the same device buffers
+  EXPECT_TRUE(
+      test::same_bits(gpu_backward(bc, p.options), first));  // deterministic or not: one order either way
+  int64_t differing = 0;                                     // 1000 runs into the same device buffers
   gpu_backward_runs(bc, o, 1000, [&](int run, const Grads& again) {
-    if (!same(again) && differing++ == 0) ADD_FAILURE() << "run " << run << " differs";
+    if (!test::same_bits(again, first) && differing++ == 0) ADD_FAILURE() << "run " << run << " differs";
   });
   EXPECT_EQ(differing, 0);
 }
@@ -185,9 +182,8 @@ TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
     const Grads first = gpu_backward(bc, o);
     int64_t differing = 0;  // one device setup, 1000 runs into the same buffers
     gpu_backward_runs(bc, o, 1000, [&](int run, const Grads& again) {
-      const bool same = again.dq.bytes() == first.dq.bytes() && again.dk.bytes() == first.dk.bytes() &&
-                        again.dv.bytes() == first.dv.bytes();
-      if (!same && differing++ == 0) ADD_FAILURE() << "D " << d << " run " << run << " differs";
+      if (!test::same_bits(again, first) && differing++ == 0)
+        ADD_FAILURE() << "D " << d << " run " << run << " differs";
     });
     EXPECT_EQ(differing, 0) << "D " << d;
     const Grads racing = gpu_backward(bc, p.options);
