@@ -73,7 +73,7 @@ run_build() {
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
 }
 run_gputest() {
-  step ctest-gpu 300 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
+  step ctest-gpu 540 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$LOG" | head -12 >>"$SUMMARY"
   grep -E "^\[  FAILED  \]" "$LOG" | sort -u | head -24 >>"$SUMMARY"

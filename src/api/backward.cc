@@ -127,9 +127,13 @@ void run(const detail::BackwardParams& b, const Device& device) {
   if (!sel.ok()) throw Error(sel.argument, sel.reason);
   if (const detail::Rejection r = detail::cuda_backward_rejects(b); !r.ok())
     throw Error(r.argument, r.reason);
-  // The sm90 backward runs when asked for (Kernel::kCudaSm90) on a GPU and build that have it.
-  const bool sm90 = b.kernel == Kernel::kCudaSm90;
-  if (sm90) {
+  // The sm90 backward runs when asked for (Kernel::kCudaSm90) on a GPU and build that have it,
+  // and by default where it is the faster one: head dim 128 on the dense cases it takes (at 64
+  // the sm80 kernels are as fast or faster; docs/kernels/sm90.md, "The backward").
+  const bool sm90 =
+      b.kernel == Kernel::kCudaSm90 || (b.kernel == Kernel::kAuto && sel.kernel == Kernel::kCudaSm90 &&
+                                        b.fwd.head_dim == 128 && detail::sm90_backward_rejects(b).ok());
+  if (b.kernel == Kernel::kCudaSm90) {
     if (sel.kernel != Kernel::kCudaSm90)
       throw Error("options.kernel", "the sm90 backward needs an sm_90 GPU and a build with sm90a kernels");
     if (const detail::Rejection r = detail::sm90_backward_rejects(b); !r.ok())

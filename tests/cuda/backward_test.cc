@@ -43,6 +43,7 @@ std::vector<Problem> dense_cases() {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16})
       for (int mask = 0; mask < 4; ++mask) {
         Problem p = make(s.b, s.lq, s.lk, s.hq, s.hkv, s.d, dtype);
+        p.options.kernel = Kernel::kCudaSm80;  // on Hopper the default takes sm90 at D = 128
         if (mask == 1) p.options.causal = true;
         if (mask == 2) p.options.window_left = 40, p.options.window_right = 7;
         if (mask == 3) p.options.softcap = 15.0f, p.options.causal = true;
@@ -165,6 +166,23 @@ TEST_P(CudaBackwardSm90, MatchesOracle) {
 INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()), [](const auto& info) {
   return info.param.name() + "_" + std::to_string(info.index);
 });
+
+// By default, on Hopper, head dim 128 runs the sm90 backward (the same bits as asking for it,
+// in deterministic mode), and 64 the sm80 kernels.
+TEST(CudaBackwardSm90, IsTheDefaultAtHeadDim128) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  for (int64_t d : {64, 128}) {
+    Problem p = make(2, 150, 260, 4, 2, d, DType::kBFloat16);
+    p.options.causal = true;
+    p.options.deterministic = true;
+    const BackwardCase bc(p);
+    const Grads by_default = gpu_backward(bc, p.options);
+    Options o = p.options;
+    o.kernel = d == 128 ? Kernel::kCudaSm90 : Kernel::kCudaSm80;
+    EXPECT_TRUE(test::same_bits(gpu_backward(bc, o), by_default)) << "D " << d;
+  }
+}
 
 // Deterministic mode orders the fp32 dQ additions by key block: the same bits over 1000 runs at
 // batch 60 (flash-attn's race-condition shape). Without it the additions race, and the results

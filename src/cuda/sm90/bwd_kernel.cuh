@@ -194,6 +194,8 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
         raise = order;
       else if (order)
         release_turn(order);
+    } else {
+      mbarrier_arrive(sm.dq_empty(buf));  // every lane, once done with the buffer (D = 64 reads it)
     }
     __syncwarp();
   }
@@ -322,10 +324,11 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     fence_operands<kD / 2>(dv);
     fence_operands<32>(dq);
 
-    // Every GEMM of this step has read dS, Q, dO and the rows in both warpgroups: the stage
-    // goes back to the loader, and dS may be written again.
+    // Every GEMM of this step has read dS, Q and dO: dS may be written again, and the stage goes
+    // back to the loader. Every consumer thread arrives (the loader's lanes then overwrite the
+    // rows each of them read).
     named_sync(2, 2 * kWarpgroupThreads);
-    if (w == 0 && tid == 0) mbarrier_arrive(sm.qdo_empty(stage));
+    mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into half w of the staging buffer the writer has released, in the accumulators' order
     // (bwd.h: dq_accum), 512 contiguous bytes a warp's store.
     const int buf = static_cast<int>(i & 1);
@@ -379,9 +382,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     mbarrier_init(sm.kv_full(), 1);
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
-      mbarrier_init(sm.qdo_empty(s), 1);
+      mbarrier_init(sm.qdo_empty(s), 2 * kWarpgroupThreads);
       mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
-      mbarrier_init(sm.dq_empty(s), 1);
+      mbarrier_init(sm.dq_empty(s), 32);  // the writer warp's lanes
     }
     fence_barrier_init();
   }
