@@ -61,10 +61,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
         deterministic: the same bits on every run (a fixed order for every gradient sum).
         dlse: optional gradient with respect to ``lse`` (float32, shaped like it), for a loss
             that also uses the LSE (merging partial results does).
-        kernel: ``"auto"`` (on CUDA the sm80 backward), or ``"sm90"``: the Hopper backward (head
-            dims 64 and 128, dense batches; ValueError naming what it does not take), not yet
-            chosen by ``"auto"``. Plain torch tensors and other array kinds only (the torch op
-            that ``torch.compile`` traces takes ``"auto"``).
+        kernel: ``"auto"`` (on Hopper the sm90 backward at head dim 128 where it takes the
+            case, else the sm80 one), ``"sm80"``, or ``"sm90"``: the Hopper backward (head dims
+            64 and 128, dense batches; ValueError naming what it does not take). Plain torch
+            tensors and other array kinds only (the torch op that ``torch.compile`` traces takes
+            ``"auto"``).
 
     Returns:
         ``(dq, dk, dv)`` shaped like q, k and v, in q's dtype, arrays of q's kind on q's device.
