@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
       mbarrier_init(sm.qdo_empty(s), 2 * kWarpgroupThreads);
       mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
-      mbarrier_init(sm.dq_empty(s), 32);  // the writer warp's lanes
+      mbarrier_init(sm.dq_empty(s), 32);                    // the writer warp's lanes
     }
     fence_barrier_init();
   }
