@@ -10,6 +10,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
+// The dynamic shared memory's first 1024-byte boundary, as an offset from `raw` (pointer
+// arithmetic, not an integer round trip: the compiler then knows every pointer derived from it
+// is shared and emits LDS / STS rather than generic LD / ST, which wait on the long scoreboard).
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
+  return raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);
+}
+
 // One thread initializes; the fence plus a CTA barrier makes the init visible to every thread
 // and to the copy engine.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {

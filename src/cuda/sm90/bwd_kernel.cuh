@@ -363,8 +363,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD>;
   extern __shared__ uint8_t smem_raw[];
-  const Smem sm{
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  const Smem sm{align_smem_1024(smem_raw)};
   const cuda::KernelParams& f = p.f;
   const int64_t linear = blockIdx.x;
   const DqOrder order{Mask::kMasks && p.dq_order != nullptr};  // launch order (bwd_order.h)
