@@ -295,13 +295,17 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     }
     pack_frag<T>(fs, dp);
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
-    uint8_t* ds = sm.ds() + w * kBwdBlockM * 128;
+    // fs[m][q] is the 8 x 8 block of keys 16 warp + 8 (q % 2) on and queries 8 (2 m + q / 2) on;
+    // stmatrix .trans stores it as 8 query rows of 8 keys (16 bytes), lane 8 q + i giving row i.
+    {
+      const int q = lane / 8, key = 16 * warp + 8 * (q % 2);
+      const uint32_t ds = smem_addr(sm.ds() + w * kBwdBlockM * 128);
 #pragma unroll
-    for (int e = 0; e < 32; ++e) {
-      const int r = acc_row(e, warp, lane), c = acc_col(e, lane);
-      const uint32_t bits = fs[e >> 3][(e & 7) >> 1] >> (16 * (e & 1));
-      *reinterpret_cast<uint16_t*>(ds + c * 128 + (((r >> 3) ^ (c & 7)) << 4) + (r & 7) * 2) =
-          static_cast<uint16_t>(bits & 0xffffu);
+      for (int m = 0; m < 4; ++m) {
+        const int c = 8 * (2 * m + q / 2) + lane % 8;  // the query: row of dS
+        stmatrix_x4_trans(ds + c * 128 + (((key >> 3) ^ (c & 7)) << 4), fs[m][0], fs[m][1], fs[m][2],
+                          fs[m][3]);
+      }
     }
     wgmma_fence();
     gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
