@@ -295,18 +295,12 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     }
     pack_frag<T>(fs, dp);
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
-    // fs[m][q] is the 8 x 8 block of keys 16 warp + 8 (q % 2) on and queries 8 (2 m + q / 2) on;
-    // stmatrix .trans stores it as 8 query rows of 8 keys (16 bytes), lane 8 q + i giving row i.
-    {
-      const int q = lane / 8, key = 16 * warp + 8 * (q % 2);
-      const uint32_t ds = smem_addr(sm.ds() + w * kBwdBlockM * 128);
+    // Four stmatrix .trans a thread, each 8 x 8 block of keys by queries stored as 8 query rows
+    // of 16 bytes (bwd_layout.h).
+    const uint32_t ds_base = smem_addr(sm.ds() + w * kBwdBlockM * 128);
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int c = 8 * (2 * m + q / 2) + lane % 8;  // the query: row of dS
-        stmatrix_x4_trans(ds + c * 128 + (((key >> 3) ^ (c & 7)) << 4), fs[m][0], fs[m][1], fs[m][2],
-                          fs[m][3]);
-      }
-    }
+    for (int m = 0; m < 4; ++m)
+      stmatrix_x4_trans(ds_base + ds_stmatrix_offset(m, warp, lane), fs[m][0], fs[m][1], fs[m][2], fs[m][3]);
     wgmma_fence();
     gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
     wgmma_commit();

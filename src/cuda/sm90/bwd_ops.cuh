@@ -8,6 +8,7 @@
 #include "cuda/common/math.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_layout.h"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
@@ -37,12 +38,6 @@ __device__ __forceinline__ void release_turn(int* counter) {
   __threadfence();
   atomicAdd(counter, 1);
 }
-
-// Accumulator element i of a thread in an m64nN wgmma tile: its row and column (wgmma_ops.cuh).
-__device__ __forceinline__ int acc_row(int i, int warp, int lane) {
-  return 16 * warp + lane / 4 + 8 * ((i >> 1) & 1);
-}
-__device__ __forceinline__ int acc_col(int i, int lane) { return 8 * (i >> 2) + 2 * (lane % 4) + (i & 1); }
 
 // The step's GEMM of two shared-memory tiles, m64n64, K = D: rows `a` (64 of a K-major tile)
 // times the 64 rows of `b` transposed.
