@@ -57,11 +57,11 @@ void eager_backward(const BackwardParams& bp) {
         load_rows(bp.dout, p.out_dtype, bp.dout_stride, b, h, Lq, D, dout.data());
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
         for (int64_t i = 0; i < Lq; ++i) {
-          float* si = &s[i * Lk];
-          float* pi = &prob[i * Lk];
-          float* dsi = &ds[i * Lk];
-          const float* qi = &q[i * D];
-          const float* doi = &dout[i * D];
+          float* si = s.data() + i * Lk;
+          float* pi = prob.data() + i * Lk;
+          float* dsi = ds.data() + i * Lk;
+          const float* qi = q.data() + i * D;
+          const float* doi = dout.data() + i * D;
           // Forward: S (capped), P = softmax(S) in fp32 rounded to the dtype.
           float m = -INFINITY;
           for (int64_t j = 0; j < Lk; ++j) {
