@@ -128,11 +128,7 @@ void run(const detail::BackwardParams& b, const Device& device) {
   if (const detail::Rejection r = detail::cuda_backward_rejects(b); !r.ok())
     throw Error(r.argument, r.reason);
   // The sm90 backward runs when asked for (Kernel::kCudaSm90) on a GPU and build that have it,
-  // and by default where it is the faster one: head dim 128 on the dense cases it takes (at 64
-  // the sm80 kernels are as fast or faster; docs/kernels/sm90.md, "The backward").
-  const bool sm90 =
-      b.kernel == Kernel::kCudaSm90 || (b.kernel == Kernel::kAuto && sel.kernel == Kernel::kCudaSm90 &&
-                                        b.fwd.head_dim == 128 && detail::sm90_backward_rejects(b).ok());
+  // and by default where dispatch prefers it.
   if (b.kernel == Kernel::kCudaSm90) {
     if (sel.kernel != Kernel::kCudaSm90)
       throw Error("options.kernel", "the sm90 backward needs an sm_90 GPU and a build with sm90a kernels");
@@ -146,6 +142,9 @@ void run(const detail::BackwardParams& b, const Device& device) {
     for (int side = 0; side < 2; ++side)
       if (auto e = detail::index_fault_error(faults[side], side == 0)) throw *e;
   }
+  const bool sm90 =
+      b.kernel == Kernel::kCudaSm90 ||
+      (b.kernel == Kernel::kAuto && sel.kernel == Kernel::kCudaSm90 && detail::sm90_backward_preferred(b));
   detail::cuda::backward(b, sm90);
 #else
   throw Error("q", "is on " + device_name(device) +

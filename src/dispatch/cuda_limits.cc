@@ -137,4 +137,8 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 #endif
 }
 
+bool sm90_backward_preferred(const BackwardParams& b) {
+  return b.fwd.head_dim == 128 && sm90_backward_rejects(b).ok();
+}
+
 }  // namespace tileattn::detail
