@@ -11,6 +11,7 @@
 #include "common/convert.h"
 #include "common/mask.h"
 #include "reference/reference.h"
+#include "simd/simd.h"
 
 namespace tileattn::detail::reference {
 namespace {
@@ -22,13 +23,12 @@ float round_to(DType dtype, float x) {
   return x;
 }
 
-// Rows of one (batch, head) of a [B, L, H, D] tensor as fp32, [L][D].
+// Rows of one (batch, head) of a [B, L, H, D] tensor as fp32, [L][D] (the SIMD kernels' exact
+// conversion).
 void load_rows(const void* base, DType dtype, const Strides4& st, int64_t b, int64_t h, int64_t L, int64_t D,
                float* dst) {
   for (int64_t l = 0; l < L; ++l)
-    for (int64_t d = 0; d < D; ++d)
-      dst[l * D + d] =
-          static_cast<float>(load_as_double(base, dtype, b * st.b + l * st.l + h * st.h + d * st.d));
+    simd().load(element_ptr(base, dtype, b * st.b + l * st.l + h * st.h), dtype, st.d, dst + l * D, D, 1.0f);
 }
 
 }  // namespace
