@@ -123,5 +123,24 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
   EXPECT_TRUE(r.ok() || r.argument == "options.kernel") << r.argument << ": " << r.reason;
 }
 
+// The default's choice: the sm90 backward at head dim 128; at 64 only without deterministic
+// mode, and on masked rows only from 4k keys (where it was measured ahead of the sm80 kernels).
+TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
+  AttnParams p = decode(64);
+  p.seqlen_q = 1024, p.seqlen_k = 1024;
+  BackwardParams b = backward_of(p);
+  if (!sm90_backward_rejects(b).ok()) GTEST_SKIP() << "this build has no sm90 backward";
+  EXPECT_TRUE(sm90_backward_preferred(b));
+  b.deterministic = true;
+  EXPECT_FALSE(sm90_backward_preferred(b));
+  b.deterministic = false;
+  b.fwd.window_right = 0;  // causal
+  EXPECT_FALSE(sm90_backward_preferred(b));
+  b.fwd.seqlen_q = b.fwd.seqlen_k = 4096;
+  EXPECT_TRUE(sm90_backward_preferred(b));
+  b.fwd.head_dim = 128, b.fwd.seqlen_q = b.fwd.seqlen_k = 1024, b.deterministic = true;
+  EXPECT_TRUE(sm90_backward_preferred(b));
+}
+
 }  // namespace
 }  // namespace tileattn::detail
