@@ -129,17 +129,22 @@ TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
   AttnParams p = decode(64);
   p.seqlen_q = 1024, p.seqlen_k = 1024;
   BackwardParams b = backward_of(p);
-  if (!sm90_backward_rejects(b).ok()) GTEST_SKIP() << "this build has no sm90 backward";
-  EXPECT_TRUE(sm90_backward_preferred(b));
+  EXPECT_TRUE(sm90_backward_measured_ahead(b));
   b.deterministic = true;
-  EXPECT_FALSE(sm90_backward_preferred(b));
+  EXPECT_FALSE(sm90_backward_measured_ahead(b));
   b.deterministic = false;
   b.fwd.window_right = 0;  // causal
-  EXPECT_FALSE(sm90_backward_preferred(b));
+  EXPECT_FALSE(sm90_backward_measured_ahead(b));
   b.fwd.seqlen_q = b.fwd.seqlen_k = 4096;
-  EXPECT_TRUE(sm90_backward_preferred(b));
+  EXPECT_TRUE(sm90_backward_measured_ahead(b));
   b.fwd.head_dim = 128, b.fwd.seqlen_q = b.fwd.seqlen_k = 1024, b.deterministic = true;
-  EXPECT_TRUE(sm90_backward_preferred(b));
+  EXPECT_TRUE(sm90_backward_measured_ahead(b));
+  b.fwd.head_dim = 96;
+  EXPECT_FALSE(sm90_backward_measured_ahead(b));
+  // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).
+  EXPECT_FALSE(sm90_backward_preferred(b));
+  b.fwd.head_dim = 128;
+  EXPECT_EQ(sm90_backward_preferred(b), sm90_backward_rejects(b).ok());
 }
 
 }  // namespace

@@ -141,11 +141,14 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 // dim 128 the sm90 backward is ahead everywhere; at 64 it is ahead without deterministic mode
 // (1.07-1.16x the sm80 kernels) except on masked rows shorter than 4k keys (causal L = 1k: 0.96x),
 // and behind with it (0.80-0.98x: its fixed dQ order waits, the sm80 dQ pass does not).
-bool sm90_backward_preferred(const BackwardParams& b) {
+bool sm90_backward_measured_ahead(const BackwardParams& b) {
   const AttnParams& p = b.fwd;
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
-  const bool d64 = p.head_dim == 64 && !b.deterministic && (!masked || p.seqlen_k >= 4096);
-  return (p.head_dim == 128 || d64) && sm90_backward_rejects(b).ok();
+  return p.head_dim == 128 || (p.head_dim == 64 && !b.deterministic && (!masked || p.seqlen_k >= 4096));
+}
+
+bool sm90_backward_preferred(const BackwardParams& b) {
+  return sm90_backward_measured_ahead(b) && sm90_backward_rejects(b).ok();
 }
 
 }  // namespace tileattn::detail
