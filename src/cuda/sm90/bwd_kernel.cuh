@@ -38,9 +38,10 @@
 namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), kStages
-// stages of Q and dO ([D / 64][64 rows][64]; three at D = 64, whose steps are half as long), dS ([2 key chunks][64 rows][64 keys], swizzled), two
-// buffers of dQ's fp32 staging (64 x 128: the two consumers' halves, in the accumulators'
-// order), kStages stages of lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
+// stages of Q and dO ([D / 64][64 rows][64]; three at D = 64, whose steps are half as long), dS ([2 key
+// chunks][64 rows][64 keys], swizzled), two buffers of dQ's fp32 staging (64 x 128: the two consumers'
+// halves, in the accumulators' order), kStages stages of lse2 / dsum rows and the barriers; every tile on a
+// 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
   static constexpr int kStages = kD == 64 ? 3 : 2;
