@@ -284,7 +284,7 @@ def overhead_suite(args, timer, calls=2000):
                 with torch.cuda.stream(side):
                     call()
                 torch.cuda.current_stream().wait_stream(side)
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
                     for _ in range(20):
                         call()
                 graph.replay()
@@ -470,4 +470,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with timers.bench_stream():  # one stream, graphs captured on it (timer.py)
+        sys.exit(main())

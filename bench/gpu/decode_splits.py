@@ -74,4 +74,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with timers.bench_stream():  # one stream, graphs captured on it (timer.py)
+        sys.exit(main())

@@ -5,7 +5,11 @@ flushed (a 256 MiB buffer, four times the H200's L2, is zeroed); CUDA events on 
 stream bracket the call; nothing waits between calls, so the host runs ahead of the GPU as in a
 model's forward pass and the launch queue stays full; one synchronization at the end; the
 median is reported. The graph column times the same way around `CUDAGraph.replay()` of one
-captured call, which removes every implementation's host overhead alike.
+captured call, which removes every implementation's host overhead alike. A benchmark runs on
+one stream other than the default one (`bench_stream()`), and graphs are captured on that same
+stream: autograd runs a backward op on its forward's stream, so a backward captured on a side
+stream while its forward ran on the default stream puts work on the default stream and the
+capture fails (cudaErrorStreamCaptureImplicit; `graph_probe.py` shows it for every op).
 
 While the calls run, the SM clock and the board power are sampled through NVML, so a
 difference between two runs can be told apart from a difference in clocks.
@@ -17,11 +21,16 @@ import torch
 FLUSH_BYTES = 256 << 20
 
 
+def bench_stream():
+    """A context in which a benchmark runs: one new stream, made current (see the module's note)."""
+    return torch.cuda.stream(torch.cuda.Stream())
+
+
 def describe(reps, warmup):
     return (f"median of {reps} calls after {warmup} warm-up calls; CUDA events around each call on the "
-            f"current stream; L2 flushed before each call (a {FLUSH_BYTES >> 20} MiB buffer zeroed); no "
+            f"benchmark's one non-default stream; L2 flushed before each call (a {FLUSH_BYTES >> 20} MiB buffer zeroed); no "
             "synchronization between calls (the launch queue stays full). graph_*: the same around "
-            "torch.cuda.CUDAGraph.replay() of one captured call")
+            "torch.cuda.CUDAGraph.replay() of one call captured on that stream")
 
 
 class _Nvml:
@@ -88,7 +97,11 @@ class Timer:
         return result
 
     def time_graph(self, fn):
-        """time() of the replays of a CUDA graph holding one call of fn()."""
+        """time() of the replays of a CUDA graph holding one call of fn(), captured on the
+        current stream (which must not be the default one: see bench_stream())."""
+        home = torch.cuda.current_stream()
+        if home == torch.cuda.default_stream():
+            raise RuntimeError("time_graph: run the benchmark under bench_stream(), not on the default stream")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the capture stream, as torch asks
@@ -96,7 +109,7 @@ class Timer:
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=home):
             fn()
         try:
             return self.time(graph.replay)

@@ -170,7 +170,10 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
 // By default, on Hopper, head dim 128 runs the sm90 backward (the same bits as asking for it,
 // in deterministic mode), 64 in deterministic mode and on short causal rows the sm80 kernels,
 // and 64 without a mask and without deterministic mode the sm90 one (its dK and dV, which no
-// atomics touch, bit for bit; the two kernels sum in different orders).
+// atomics touch, bit for bit). The sm80 kernels sum dK and dV over the same 64-row query
+// blocks in the same order and give the same bits at that shape (measured on an H200), so the
+// bits cannot tell the two apart there: the rule itself is tested by
+// Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
@@ -191,8 +194,6 @@ TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   o.kernel = Kernel::kCudaSm90;
   const Grads sm90 = gpu_backward(bc, o);
   EXPECT_TRUE(sm90.dk.bytes() == by_default.dk.bytes() && sm90.dv.bytes() == by_default.dv.bytes());
-  o.kernel = Kernel::kCudaSm80;
-  EXPECT_FALSE(gpu_backward(bc, o).dk.bytes() == by_default.dk.bytes());
 }
 
 // Deterministic mode orders the fp32 dQ additions by key block: the same bits over 1000 runs at

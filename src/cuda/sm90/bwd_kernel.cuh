@@ -2,7 +2,7 @@
 // 128 keys), 384 threads: two consumer warpgroups of 64 keys each and a producer warpgroup
 // (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads:
 // K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step into two stages
-// (three at D = 64; full / empty mbarriers); its second warp adds the consumers' dQ into dq_accum from two
+// (full / empty mbarriers); its second warp adds the consumers' dQ into dq_accum from two
 // staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
 // addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A step is
 // one query head of the group and one block of 64 query rows that sees the keys:
@@ -37,43 +37,41 @@
 
 namespace tileattn::detail::sm90 {
 
-// Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), kStages
-// stages of Q and dO ([D / 64][64 rows][64]; three at D = 64, whose steps are half as long), dS ([2 key
-// chunks][64 rows][64 keys], swizzled), two buffers of dQ's fp32 staging (64 x 128: the two consumers'
-// halves, in the accumulators' order), kStages stages of lse2 / dsum rows and the barriers; every tile on a
-// 1024-byte boundary.
+// Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
+// of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), two
+// buffers of dQ's fp32 staging (64 x 128: the two consumers' halves, in the accumulators'
+// order), two stages of lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
-  static constexpr int kStages = kD == 64 ? 3 : 2;
   static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
   static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * 128 * 4;
   static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
   static constexpr int kBytes =
-      1024 + 2 * kKBytes + 2 * kStages * kQBytes + kDsBytes + 2 * kDqBytes + kStages * kRowsBytes + 1024;
+      1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
   uint8_t* base;
   __device__ uint8_t* k() const { return base; }
   __device__ uint8_t* v() const { return base + kKBytes; }
   __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
   __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
-  __device__ uint8_t* ds() const { return base + 2 * kKBytes + 2 * kStages * kQBytes; }
+  __device__ uint8_t* ds() const { return base + 2 * kKBytes + 4 * kQBytes; }
   __device__ float* dq(int buf) const { return reinterpret_cast<float*>(ds() + kDsBytes + buf * kDqBytes); }
   // Stage s's lse2 (64 floats), then its dsum.
   __device__ float* rows(int stage) const {
     return reinterpret_cast<float*>(ds() + kDsBytes + 2 * kDqBytes + stage * kRowsBytes);
   }
   __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + 2 * kDqBytes + kStages * kRowsBytes);
+    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes);
   }
   // [0] K and V landed; stage s's Q, dO and rows landed / read by every consumer; dQ staging
   // buffer s written by both consumers / read by its bulk addition.
   __device__ uint64_t* kv_full() const { return barriers(); }
   __device__ uint64_t* qdo_full(int s) const { return barriers() + 1 + s; }
-  __device__ uint64_t* qdo_empty(int s) const { return barriers() + 1 + kStages + s; }
-  __device__ uint64_t* dq_full(int s) const { return barriers() + 1 + 2 * kStages + s; }
-  __device__ uint64_t* dq_empty(int s) const { return barriers() + 3 + 2 * kStages + s; }
+  __device__ uint64_t* qdo_empty(int s) const { return barriers() + 3 + s; }
+  __device__ uint64_t* dq_full(int s) const { return barriers() + 5 + s; }
+  __device__ uint64_t* dq_empty(int s) const { return barriers() + 7 + s; }
 };
-static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024,
-              "the backward needs more shared memory than a CTA has");
+static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
+              "the D = 128 backward needs more shared memory than a CTA has");
 
 static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys, each staging a 64 x 64 half of dQ");
 
@@ -108,7 +106,7 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
     }
   }
   for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i % Smem::kStages);
+    const int stage = static_cast<int>(i & 1);
     const int64_t h = st.head(i);
     const int32_t q0 = st.block(i) * kBwdBlockM;
     const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
@@ -120,7 +118,7 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
       dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
     }
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i / Smem::kStages) & 1) ^ 1));
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
     if (lane == 0) {
       mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
       for (int c = 0; c < kChunks; ++c) {
@@ -229,9 +227,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   mbarrier_wait<false>(sm.kv_full(), 0);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    constexpr int kStages = BwdSmem<kD>::kStages;
-    const int stage = static_cast<int>(i % kStages);
-    const uint32_t phase = static_cast<uint32_t>((i / kStages) & 1);
+    const int stage = static_cast<int>(i & 1);
+    const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
     const int q0 = st.block(i) * kBwdBlockM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
@@ -333,7 +330,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     // dQ into half w of the staging buffer the writer has released, in the accumulators' order
     // (bwd.h: dq_accum), 512 contiguous bytes a warp's store.
     const int buf = static_cast<int>(i & 1);
-    mbarrier_wait<false>(sm.dq_empty(buf), static_cast<uint32_t>((i >> 1) & 1) ^ 1u);
+    mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
     float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * kBwdBlockM * 64);
 #pragma unroll
     for (int g = 0; g < 8; ++g)
@@ -380,11 +377,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.kv_full(), 1);
-    for (int s = 0; s < Smem::kStages; ++s) {
+    for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
       mbarrier_init(sm.qdo_empty(s), 2 * kWarpgroupThreads);
-    }
-    for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
       mbarrier_init(sm.dq_empty(s), 32);                    // the writer warp's lanes
     }
