@@ -333,7 +333,7 @@ def test_cuda_sm90_backward_matches_the_oracle_and_the_sm80_backward(causal):
     if not _sm90_available():
         pytest.skip("no sm90 kernel on this GPU")
     for shape in [(2, 113, 203, 8, 2, 128), (1, 257, 129, 4, 4, 64)]:
-        q, k, v = torch_qkv(shape, torch.bfloat16, "cuda")
+        q, k, v = torch_qkv(shape, torch.bfloat16, "cuda", requires_grad=False)  # kernel= takes plain tensors
         out, lse = tileattn.attention(q, k, v, causal=causal, return_lse=True)
         dout = torch.randn_like(out)
         sm90 = tileattn.attention_backward(dout, q, k, v, out, lse, causal=causal, kernel="sm90")
