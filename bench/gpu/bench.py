@@ -425,6 +425,8 @@ def main():
                     help="eager baselines only up to this L (past it S and P only grow)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--flush", default="zero", choices=("zero", "read"),
+                    help="how L2 is flushed before each call (timer.py): zeroing or reading a buffer")
     ap.add_argument("--out", default="")
     ap.add_argument("--commit", default=os.environ.get("TILEATTN_COMMIT", ""))
     ap.add_argument("--tileattn-cli", default="", help="the `tileattn` binary, for the gap suite")
@@ -435,7 +437,7 @@ def main():
     suites = args.suites.split(",")
 
     torch.manual_seed(0)
-    timer = timers.Timer(args.reps, args.warmup)
+    timer = timers.Timer(args.reps, args.warmup, flush=args.flush)
     rows = []
     copy_tbps = copy_bandwidth(timer) if "decode" in suites else None
     meta = dict(
@@ -447,7 +449,7 @@ def main():
         commit=args.commit,
         host=platform.node(),
         dtype="bf16",
-        timer=timers.describe(args.reps, args.warmup),
+        timer=timers.describe(args.reps, args.warmup, args.flush),
         flops="4*B*H*L*L*D, halved when causal (forward); backward 2.5x, forward + backward 3.5x; "
               "decode: TB/s of K and V bytes read",
         copy_tbps=copy_tbps,

@@ -1,8 +1,9 @@
 """The one timer of the GPU benchmarks (DESIGN.md section 8), for every implementation alike.
 
 A measurement is `reps` calls after `warmup` untimed ones. Before each call the L2 cache is
-flushed (a 256 MiB buffer, four times the H200's L2, is zeroed); CUDA events on the current
-stream bracket the call; nothing waits between calls, so the host runs ahead of the GPU as in a
+flushed (a 256 MiB buffer, four times the H200's L2, is zeroed, as triton's do_bench does;
+`flush="read"` sums it instead, which leaves no dirty lines whose write-back would land in the
+timed call); CUDA events on the current stream bracket the call; nothing waits between calls, so the host runs ahead of the GPU as in a
 model's forward pass and the launch queue stays full; one synchronization at the end; the
 median is reported. The graph column times the same way around `CUDAGraph.replay()` of one
 captured call, which removes every implementation's host overhead alike. A benchmark runs on
@@ -26,9 +27,11 @@ def bench_stream():
     return torch.cuda.stream(torch.cuda.Stream())
 
 
-def describe(reps, warmup):
+def describe(reps, warmup, flush="zero"):
+    how = {"zero": "zeroed", "read": "summed: a read, no dirty lines left"}.get(flush)
+    flushed = f"L2 flushed before each call (a {FLUSH_BYTES >> 20} MiB buffer {how})" if how else "no L2 flush"
     return (f"median of {reps} calls after {warmup} warm-up calls; CUDA events around each call on the "
-            f"benchmark's one non-default stream; L2 flushed before each call (a {FLUSH_BYTES >> 20} MiB buffer zeroed); no "
+            f"benchmark's one non-default stream; {flushed}; no "
             "synchronization between calls (the launch queue stays full). graph_*: the same around "
             "torch.cuda.CUDAGraph.replay() of one call captured on that stream")
 
@@ -63,9 +66,17 @@ class _Nvml:
 
 
 class Timer:
-    def __init__(self, reps=100, warmup=10, flush=True):
+    """flush: "zero" (the buffer zeroed, as triton's do_bench does: L2 is left full of dirty
+    lines, whose write-back then lands inside the timed call), "read" (the buffer summed: L2 is
+    left holding clean lines of it, nothing to write back), or False (no flush)."""
+
+    def __init__(self, reps=100, warmup=10, flush="zero"):
+        if flush is True:
+            flush = "zero"
+        if flush not in ("zero", "read", False, None):
+            raise ValueError(f"flush: {flush!r}; expected 'zero', 'read' or False")
         self.reps, self.warmup, self.flush = reps, warmup, flush
-        self._buffer = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self._buffer = torch.ones(FLUSH_BYTES, dtype=torch.int8, device="cuda")
         self._nvml = _Nvml()
 
     def time(self, call):
@@ -77,8 +88,10 @@ class Timer:
         samples = []
         torch.cuda.synchronize()
         for i in range(self.reps):
-            if self.flush:
+            if self.flush == "zero":
                 self._buffer.zero_()
+            elif self.flush == "read":
+                self._buffer.view(torch.int64).sum()
             start[i].record()
             call()
             end[i].record()

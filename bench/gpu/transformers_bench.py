@@ -4,8 +4,13 @@ A random-weight Llama (hidden 2048, 8 layers, 32 query / 8 KV heads of 64, bf16)
 `transformers.LlamaConfig` (no download), once with attn_implementation="tileattn" and once with
 "sdpa", the same weights:
   prefill   the model's forward over B x L tokens (no cache), by the one timer (timer.py)
+  step      one decode step by the one timer: the model's forward over one new token per row
+            against a DynamicCache of P prompt tokens (cropped back to P after each call, so
+            every call sees the same cache); plain and CUDA-graph-free (the cache grows by a
+            concatenation each step, as in generate())
   decode    ms per generated token: (generate(N + 1 tokens) - generate(1 token)) / N, greedy,
-            after a P-token prompt, median of a few runs (torch.cuda.synchronize around each)
+            after a P-token prompt, median of a few runs (torch.cuda.synchronize around each);
+            host-bound and noisy between runs, the step row is the figure to compare
   agree     on a padded batch (right and left padding): each bf16 path's largest logit error
             against the same model in fp32 (sdpa), tileattn's beside sdpa's and eager's (the 2x
             rule), how many greedy tokens tileattn and eager each share with sdpa, and how many
@@ -45,6 +50,22 @@ def generate_ms(m, prompt, mask, new_tokens):
     return (time.perf_counter() - t0) * 1e3, out
 
 
+def decode_step_ms(m, ids, timer):
+    """The timer's median of one decode step after the prompt ids (see the module's note)."""
+    cache = transformers.DynamicCache(config=m.config)
+    logits = m(input_ids=ids, past_key_values=cache, use_cache=True).logits
+    token = logits[:, -1:].argmax(-1)
+    prompt = ids.shape[1]
+    position = torch.tensor([prompt], device=ids.device)
+    mask = torch.ones(ids.shape[0], prompt + 1, dtype=ids.dtype, device=ids.device)
+
+    def step():
+        m(input_ids=token, past_key_values=cache, attention_mask=mask, cache_position=position, use_cache=True)
+        cache.crop(-1)  # the new token off again (a negative count removes that many)
+
+    return timer.time(step)["ms"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=8)
@@ -69,6 +90,15 @@ def main():
                 row[impl + "_ms"] = timer.time(lambda: m(input_ids=ids).logits)["ms"]
             rows.append(row)
             print(f"prefill {B}x{L}: tileattn {row['tileattn_ms']:.2f} ms  sdpa {row['sdpa_ms']:.2f} ms  "
+                  f"ratio {row['sdpa_ms'] / row['tileattn_ms']:.2f}", flush=True)
+        for shape in args.decode.split(","):
+            B, P = (int(x) for x in shape.split("x"))
+            ids = torch.randint(1, 32000, (B, P), generator=g).cuda()
+            row = dict(kind="step", B=B, prompt=P)
+            for impl, m in models.items():
+                row[impl + "_ms"] = decode_step_ms(m, ids, timer)
+            rows.append(row)
+            print(f"decode step B{B} cache {P}: tileattn {row['tileattn_ms']:.3f} ms  sdpa {row['sdpa_ms']:.3f} ms  "
                   f"ratio {row['sdpa_ms'] / row['tileattn_ms']:.2f}", flush=True)
         for shape in args.decode.split(","):
             B, P = (int(x) for x in shape.split("x"))
@@ -142,4 +172,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with timers.bench_stream():  # one stream, as every benchmark (timer.py)
+        sys.exit(main())
