@@ -25,6 +25,7 @@ struct Buffers {
   void *q, *k, *v, *o, *ref;
   float* lse;
   int64_t B, Lq, Lk, Hq, Hkv;
+  int splits = 1;  // the variants' split count: 1, or 0 for the library's heuristic (decode)
 };
 
 template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true>
@@ -35,7 +36,9 @@ struct Cfg {
 // The largest |variant - default| over the output, read back on the host.
 double max_diff_bf16(const void* a, const void* b, int64_t n);
 
-template <class C>
+// kServingOnly: the serving kernel alone, bf16 without a mask (one instantiation a config, for
+// the split-decode variants of tune_sm90_split); else every kernel launch_for picks from.
+template <class C, bool kServingOnly = false>
 void time_one(const Buffers& buf, bool causal) {
   constexpr TileConfig c = C::kCfg;
   constexpr int64_t D = c.head_dim;
@@ -51,8 +54,18 @@ void time_one(const Buffers& buf, bool causal) {
   p.window_left = -1;
   p.window_right = causal ? 0 : -1;
   p.seqs.max_q = Lq, p.seqs.max_k = Lk;
-  p.num_splits = 1;  // the variants compare one split each
-  auto run = [&] { detail::sm90::launch_for<C>(p); };
+  p.num_splits = buf.splits;
+  auto run = [&] {
+    if constexpr (kServingOnly) {  // launch_for's pack and split count, then the serving kernel
+      const int pack = detail::sm90::pack_factor(Lq, Hq / Hkv, c.block_m());
+      const int64_t tiles = (Lq * pack + c.block_m() - 1) / c.block_m() * (Hq / pack) * B;
+      const int splits = detail::cuda::cap_splits(
+          detail::cuda::resolve_splits(p, tiles, (Lk + c.block_n - 1) / c.block_n), tiles);
+      detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits);
+    } else {
+      detail::sm90::launch_for<C>(p);
+    }
+  };
   // The library's kernel on the same problem, for the comparison.
   auto ref = [&](void* ptr, int64_t L, int64_t H) {
     return TensorRef::contiguous(ptr, DType::kBFloat16, {B, L, H, D}, Device::cuda(0));
@@ -88,11 +101,11 @@ void time_one(const Buffers& buf, bool causal) {
   const double flops = 4.0 * B * Hq * Lq * Lk * D * (causal && Lq == Lk ? 0.5 : 1.0);
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
-      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d "
+      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d splits=%d "
       "B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
       "max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.smem_bytes(),
-      causal, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+      causal, buf.splits, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
       static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
       diff);
 }
