@@ -3,8 +3,9 @@
 For each decode shape (B x 1 query against Lk keys, 32 query / 8 KV heads, D = 128, bf16) and
 each forced num_splits, tileattn.attention by the one timer (timer.py; plain and graph columns,
 TB/s of K and V read), beside the count the heuristic picks (num_splits=0) and SDPA cuDNN. Then
-a torch.profiler trace of the heuristic's calls splits the time per kernel (attention, combine,
-the L2 flush), so fixed costs show apart from streaming.
+a torch.profiler trace of the heuristic's calls and of cuDNN's splits the time per kernel
+(attention, combine, the L2 flush) and the idle gap before each, so fixed costs show apart from
+streaming.
     python bench/gpu/decode_splits.py --out decode_splits.json
 """
 import argparse
@@ -20,6 +21,30 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
 import timer as timers
+
+
+def profile(call, n=20):
+    """Per kernel of `call` (the L2 flush before each, as the timer does it): its mean time and the
+    mean idle gap before it, from a torch.profiler trace; printed and returned."""
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            flush.zero_()
+            call()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    per = collections.defaultdict(lambda: dict(us=0.0, gap_us=0.0, n=0))
+    prev_end = None
+    for e in kernels:
+        k = per[e.name[:80]]
+        k["us"] += (e.time_range.end - e.time_range.start) / n
+        k["gap_us"] += (e.time_range.start - prev_end) / n if prev_end is not None else 0.0
+        k["n"] += 1
+        prev_end = e.time_range.end
+    for name, k in sorted(per.items(), key=lambda x: -x[1]["us"]):
+        print(f"    {k['us']:8.1f} us/call, idle before it {k['gap_us']:6.1f} us  ({k['n'] // n}x) {name}")
+    return dict(per)
 
 
 def main():
@@ -51,20 +76,8 @@ def main():
             rows.append(row)
             print(f"{B:3d} x {Lk:6d} {name:22s} {row['tbps']:5.2f} TB/s  graph {row['graph_tbps']:5.2f}  "
                   f"({plain['ms'] * 1e3:7.1f} us)", flush=True)
-        # Per-kernel time of the heuristic's calls, the L2 flush between them as the timer does it.
-        flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                flush.zero_()
-                calls["tileattn splits=0"]()
-            torch.cuda.synchronize()
-        per = collections.defaultdict(float)
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                per[e.name[:80]] += e.device_time_total / 20.0
-        for name, us in sorted(per.items(), key=lambda x: -x[1]):
-            print(f"    {us:8.1f} us/call  {name}")
-        rows.append(dict(B=B, Lk=Lk, impl="profile tileattn splits=0", us_per_kernel=dict(per)))
+        for name in ("tileattn splits=0", "sdpa_cudnn"):
+            rows.append(dict(B=B, Lk=Lk, impl=f"profile {name}", kernels=profile(calls[name])))
     if args.out:
         meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     gpu=torch.cuda.get_device_name(0), commit=os.environ.get("TILEATTN_COMMIT", ""),
