@@ -17,6 +17,11 @@
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
+// A CTA's timeline, for tests/cuda_sm90/tune_sm90_probe.cu (nothing in the library's builds).
+#ifndef TILEATTN_SM90_PROBE
+#define TILEATTN_SM90_PROBE(sm, point)
+#endif
+
 namespace tileattn::detail::sm90 {
 
 // The cp.async gathers' address math wants more producer registers (at 32 or 40 they spill,
@@ -63,6 +68,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+  TILEATTN_SM90_PROBE(sm, 0);
   if (threadIdx.x == 0) init_barriers(sm);
   __syncthreads();
   const int wg = warpgroup_index();
@@ -81,18 +87,21 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
         produce_tile<Cfg, kServing, kGather>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
         pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
       });
+      TILEATTN_SM90_PROBE(sm, 3);
     }
   } else {
     warpgroup_reg_alloc<kGather ? gather_consumer_regs(kCfg) : kCfg.consumer_regs()>();
     const int consumer = wg - 1;
     const Turns<Cfg> turn{consumer};
     if constexpr (kCfg.persistent) turn.start();
+    TILEATTN_SM90_PROBE(sm, 1);
     Scheduler<Cfg>::consume(sm, [&](int64_t tile) {
       const Work w = work_of<Cfg, Mask, kServing>(p, tile);
       if (w.rows == 0) return;
       consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe);
       pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
     });
+    TILEATTN_SM90_PROBE(sm, 2);
     turn.finish();
   }
 #endif
