@@ -21,12 +21,13 @@ struct DeviceInfo {
 int device_count();  // 0 when there is no driver or no GPU
 DeviceInfo device_info(int index);
 bool sm90_built();  // whether the sm90a kernels are compiled in
-// Two device ints for one stream's launches of persistent kernels (their tile counter and a
-// count of finished CTAs), allocated on the current device and zeroed on the stream at first
-// use, kept for the process. Keyed by the stream's id (cudaStreamGetId), so a per-thread
-// default stream is its own. Each launch leaves them at zero when it ends (its last CTA resets
-// them), so the next launch on the stream, from any host thread, starts from zero.
-int* stream_counter(int device, void* stream);
+// At least `ints` device ints for one stream's launches (persistent kernels' tile counter and
+// count of finished CTAs, then split-KV arrival counters), allocated on the current device and
+// zeroed on the stream at first use or when a launch needs more, kept for the process. Keyed by
+// the stream's id (cudaStreamGetId), so a per-thread default stream is its own. Each launch
+// leaves the ints it used at zero when it ends (the CTAs that used them last reset them), so the
+// next launch on the stream, from any host thread, starts from zero.
+int* stream_scratch(int device, void* stream, int64_t ints);
 
 void forward(const AttnParams& p, Kernel kernel);   // a validated problem on device tensors
 void backward(const BackwardParams& b, bool sm90);  // a validated backward (sm90's or sm80's)

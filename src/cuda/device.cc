@@ -1,6 +1,7 @@
 // device.cc: device queries for selection (count, compute capability), cached per process.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -41,21 +42,29 @@ DeviceInfo device_info(int index) {
   return cache[index];
 }
 
-int* stream_counter(int device, void* stream) {
+int* stream_scratch(int device, void* stream, int64_t ints) {
   const auto s = static_cast<cudaStream_t>(stream);
   unsigned long long id = 0;
   TILEATTN_CUDA_CHECK(cudaStreamGetId(s, &id));
+  struct Scratch {
+    int* ptr = nullptr;
+    int64_t ints = 0;
+  };
   static std::mutex mutex;
-  static std::map<std::pair<int, unsigned long long>, int*> counters;
+  static std::map<std::pair<int, unsigned long long>, Scratch> scratches;
   std::lock_guard<std::mutex> lock(mutex);
-  int*& ptr = counters[{device, id}];
-  if (ptr == nullptr) {
+  Scratch& have = scratches[{device, id}];
+  if (have.ints < ints) {
+    // Stream-ordered: the launches before this one on the stream still use the old ints, and
+    // freed after them; the new ones are zero before the next launch.
+    const int64_t grown = std::max<int64_t>(ints, 2 * have.ints);
     int* fresh = nullptr;
-    TILEATTN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fresh), 2 * sizeof(int)));
-    TILEATTN_CUDA_CHECK(cudaMemsetAsync(fresh, 0, 2 * sizeof(int), s));
-    ptr = fresh;
+    TILEATTN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&fresh), grown * sizeof(int), s));
+    TILEATTN_CUDA_CHECK(cudaMemsetAsync(fresh, 0, grown * sizeof(int), s));
+    if (have.ptr) TILEATTN_CUDA_CHECK(cudaFreeAsync(have.ptr, s));
+    have = Scratch{fresh, grown};
   }
-  return ptr;
+  return have.ptr;
 }
 
 }  // namespace tileattn::detail::cuda

@@ -199,5 +199,37 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   cudaStreamDestroy(stream);
 }
 
+// Split launches back to back on one stream: the sm90 kernel merges in the kernel through
+// per-stream arrival counters that each launch leaves at zero. Launches with other split counts
+// and more tiles (which grow the counters) go first, into another output; the checked call's
+// rows would stay NaN if a counter were left off zero.
+TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Problem p = base(128, DType::kBFloat16, 32, 8);
+  p.batch = 3, p.seqlen_q = 2, p.seqlen_k = 3000;
+  p.options.num_splits = 9;
+  p.options.cuda_stream = stream;
+  const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                         const TensorRef* lse, const Options& o) {
+    const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
+    void* other = nullptr;
+    ASSERT_EQ(cudaMalloc(&other, B * L * H * D * 2), cudaSuccess);
+    const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
+    for (int splits : {3, 9, 40}) {
+      Options first = o;
+      first.num_splits = splits;
+      forward(q, k, v, scratch, nullptr, first);
+    }
+    forward(q, k, v, out, lse, o);
+    ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(o.cuda_stream)), cudaSuccess);
+    cudaFree(other);
+  };
+  const Report r = run_case(p, 1, -1, runner);
+  EXPECT_TRUE(r.ok()) << r.str();
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace tileattn::cuda_test

@@ -44,6 +44,10 @@ struct KernelParams {
   float* o_part;
   float* lse_part;
   int64_t op_ss, op_sb, op_sl, op_sh, lp_ss, lp_sb, lp_sh;
+  // sm90 merges the splits in the kernel: one counter per (unsplit tile, consumer), zero
+  // when a launch starts; the split that arrives last merges the warp's rows and resets it to 0.
+  // Null: a combine kernel follows the launch.
+  int* arrivals;
   // A KV cache (forward_kvcache): with page_table, key position pos of sequence b is slot
   // pos % page_size of page page_table[b * page_table_stride + pos / page_size], k_sb / v_sb
   // being the page strides; else batch b's keys are in cache row kv_batch_idx[b] (null: b).

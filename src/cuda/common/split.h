@@ -34,7 +34,9 @@ class Partials {
   float* lse_ = nullptr;
 };
 
-// launch(kp) once; with kp.splits > 1 into partial states that are then merged into p.out / p.lse.
+// launch(kp) once; with kp.splits > 1 into partial states that are then merged into p.out /
+// p.lse: by the kernel itself when it says so (launch returns true: kp.arrivals), else by the
+// combine kernel.
 template <class Launch>
 void run_split(const AttnParams& p, KernelParams kp, Launch&& launch) {
   if (kp.splits <= 1) {
@@ -43,8 +45,7 @@ void run_split(const AttnParams& p, KernelParams kp, Launch&& launch) {
   }
   const Partials partials(p, kp.splits);
   set_partials(kp, p, partials.o(), partials.lse());
-  std::forward<Launch>(launch)(kp);
-  combine(partial_combine(p, partials.o(), partials.lse(), kp.splits));
+  if (!std::forward<Launch>(launch)(kp)) combine(partial_combine(p, partials.o(), partials.lse(), kp.splits));
 }
 
 }  // namespace tileattn::detail::cuda

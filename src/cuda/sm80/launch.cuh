@@ -25,6 +25,7 @@ void launch(const AttnParams& p) {
     kernel<<<dim3(static_cast<unsigned>(kp.tiles)), Tiles::kCfg.threads(), Tiles::kCfg.smem_bytes(),
              static_cast<cudaStream_t>(p.cuda_stream)>>>(kp);
     TILEATTN_CUDA_CHECK_LAUNCH();
+    return false;  // split-KV: the combine kernel merges
   });
 }
 

@@ -1,6 +1,7 @@
 // epilogue.cuh: a consumer warpgroup's 64 finished rows written once: O / l through shared
 // memory (a TMA store for dense batches, 16-byte stores for packed varlen ones, whose boxes
-// would run into the next sequence), or with split-KV the fp32 partial state; and the LSE.
+// would run into the next sequence), or with split-KV the fp32 partial state, merged by the
+// split that stores last; and the LSE.
 #pragma once
 
 #include <cuda.h>
@@ -10,6 +11,7 @@
 #include "common/online_softmax.h"
 #include "cuda/common/kernel_params.h"
 #include "cuda/common/math.cuh"
+#include "cuda/common/merge.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/scheduler.cuh"
 #include "cuda/sm90/smem.cuh"
@@ -36,6 +38,8 @@ struct Epilogue {
     const int64_t rows_first = w.m0 + 64 * consumer;  // tile row of this consumer's row 0
     if (kServing && p.splits > 1) {
       store_partial(o, total, w, rows_first, warp, g, q);
+      if constexpr (kCfg.merges_splits())
+        if (p.arrivals) merge_if_last(w, rows_first, tid);
       if constexpr (kCfg.persistent && !kCfg.o_apart())
         if (tid == 0) mbarrier_arrive(sm.q_empty());  // Q's rows were not needed for staging
       return;
@@ -104,6 +108,34 @@ struct Epilogue {
       const uint4 bits = *reinterpret_cast<const uint4*>(rows_smem + c * kCfg.block_m() * 128 + r * 128 +
                                                          ((u ^ (r % 8)) << 4));
       *reinterpret_cast<uint4*>(out + (w.q_start + pos) * p.o_sl + head * p.o_sh + 8 * unit) = bits;
+    }
+  }
+
+  // Split-KV, merged in the kernel: the consumer that stores a group's 64 rows last (its arrival
+  // counter reaching the split count) merges them from every split's partial state, a row a
+  // warp at a time; a consumer past the rows takes no part, in every split alike. The counter
+  // goes back to 0 for the next launch. splits <= 32 (launch.cuh).
+  __device__ __forceinline__ void merge_if_last(const Work& w, int64_t rows_first, int tid) const {
+    if ((rows_first >> p.pack_shift) >= w.len_q) return;
+    const int barrier = 1 + kCfg.consumers + consumer;
+    __threadfence();  // this thread's partial rows, visible device-wide before the arrival
+    named_sync(barrier, kWarpgroupThreads);
+    int* const arrival = p.arrivals + int64_t{w.group} * kCfg.consumers + consumer;
+    const bool last =
+        named_sync_or(barrier, kWarpgroupThreads, tid == 0 && atomicAdd(arrival, 1) == p.splits - 1);
+    if (!last) return;
+    __threadfence();  // the other splits' rows, read after their arrivals
+    if (tid == 0) *arrival = 0;
+    const int64_t pb = p.seqs.varlen_q() ? 0 : w.b;
+    for (int r = tid / 32; r < 64; r += kWarpgroupThreads / 32) {
+      const int64_t row = rows_first + r, pos = row >> p.pack_shift;
+      if (pos >= w.len_q) break;
+      const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1)), at = w.q_start + pos;
+      const float lse = cuda::merge_row<T, 1, 4, 4>(p.lse_part + pb * p.lp_sb + head * p.lp_sh + at, p.lp_ss,
+                                                    p.o_part + pb * p.op_sb + at * p.op_sl + head * p.op_sh,
+                                                    p.op_ss, 1, p.splits, p.d_chunks * 8, p.out,
+                                                    w.b * p.o_sb + at * p.o_sl + head * p.o_sh, 1);
+      if (p.lse && tid % 32 == 0) p.lse[w.b * p.lse_sb + head * p.lse_sh + at * p.lse_sl] = lse;
     }
   }
 

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/params.h"
 #include "cuda/check.h"
 #include "cuda/common/launch.cuh"
@@ -78,37 +80,45 @@ void launch(const AttnParams& p, int pack, int splits) {
                                                                                    p.device_index);
   cuda::KernelParams params = cuda::make_kernel_params(p, kCfg.block_m(), pack, splits);
   params.page_box = static_cast<int>(kv_box);
-  cuda::run_split(p, params, [&](const cuda::KernelParams& kp) {
+  cuda::run_split(p, params, [&](cuda::KernelParams kp) {
     int64_t ctas = kp.tiles;
-    // Persistent CTAs: the stream's tile counter (cuda_api.h: zero when a launch starts, reset by
-    // the launch's last CTA; no allocation or memset on the launch path). A stream being captured
-    // into a graph gets a counter of its own from the graph (allocation, memset and free nodes),
-    // since a graph may be replayed on any stream, next to other launches.
-    int* counter = nullptr;
-    struct GraphCounter {
+    if constexpr (Cfg::kCfg.persistent)
+      ctas = std::min<int64_t>(ctas, cuda::device_info(p.device_index).sm_count);
+    // The stream's scratch ints (cuda_api.h: zero when a launch starts, reset by the CTAs that use
+    // them last; no allocation or memset on the launch path once they suffice): the persistent
+    // CTAs' tile counter [0, 2), then split-KV's arrival counters. A stream being captured into a
+    // graph gets ints of its own from the graph (allocation, memset and free nodes), since a graph
+    // may be replayed on any stream, next to other launches.
+    // Up to 32 splits merge in the kernel (epilogue.cuh: a split's weight in a lane), more (or
+    // a config that does not merge) in the combine kernel.
+    const bool merges = Cfg::kCfg.merges_splits() && kp.splits > 1 && kp.splits <= 32;
+    const int64_t arrivals = merges ? kp.tiles / kp.splits * Cfg::kCfg.consumers : 0;
+    const int64_t ints = 2 + arrivals;
+    struct GraphScratch {
       int* ptr = nullptr;
       cudaStream_t stream;
-      ~GraphCounter() {
+      ~GraphScratch() {
         if (ptr) cudaFreeAsync(ptr, stream);
       }
-    } graph_counter{nullptr, stream};
-    if constexpr (Cfg::kCfg.persistent) {
-      const int64_t sms = cuda::device_info(p.device_index).sm_count;
-      ctas = ctas < sms ? ctas : sms;
+    } graph_scratch{nullptr, stream};
+    int* scratch = nullptr;
+    if (Cfg::kCfg.persistent || arrivals > 0) {
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
       TILEATTN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
       if (capture == cudaStreamCaptureStatusNone) {
-        counter = cuda::stream_counter(p.device_index, p.cuda_stream);
+        scratch = cuda::stream_scratch(p.device_index, p.cuda_stream, ints);
       } else {
         TILEATTN_CUDA_CHECK(
-            cudaMallocAsync(reinterpret_cast<void**>(&graph_counter.ptr), 2 * sizeof(int), stream));
-        counter = graph_counter.ptr;
-        TILEATTN_CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream));
+            cudaMallocAsync(reinterpret_cast<void**>(&graph_scratch.ptr), ints * sizeof(int), stream));
+        scratch = graph_scratch.ptr;
+        TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch, 0, ints * sizeof(int), stream));
       }
     }
+    kp.arrivals = arrivals > 0 ? scratch + 2 : nullptr;
     kernel<<<dim3(static_cast<unsigned>(ctas)), Cfg::kCfg.threads(), Cfg::kCfg.smem_bytes(), stream>>>(
-        tm_q, tm_k, tm_v, tm_o, kp, counter);
+        tm_q, tm_k, tm_v, tm_o, kp, Cfg::kCfg.persistent ? scratch : nullptr);
     TILEATTN_CUDA_CHECK_LAUNCH();
+    return merges;
   });
 }
 

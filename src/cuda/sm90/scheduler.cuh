@@ -20,8 +20,8 @@ using cuda::KernelParams;
 // positions of head h) against key blocks [n_begin, n_end) of its split. Positions count from
 // the sequence's first row q_start. 32-bit: the producer runs on 40 registers.
 struct Work {
-  int32_t b, h, hk, m0, rows;  // rows = 0: the tile lies past its sequence's end (nothing to do)
-  int32_t n_begin, n_end, split;
+  int32_t b, h, hk, m0, rows;            // rows = 0: the tile lies past its sequence's end (nothing to do)
+  int32_t n_begin, n_end, split, group;  // group: the tile before the split (split-KV's merge)
   int32_t q_start, k_start, len_q, len_k;
   // The last block runs past the keys of a sequence whose storage goes on (packed or seqused):
   // its V rows there hold another sequence's or unused values, which are zeroed before P V.
@@ -40,6 +40,7 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
     w.split = static_cast<int32_t>(tile % p.splits);
     tile /= p.splits;
   }
+  w.group = static_cast<int32_t>(tile);
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
   const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
   const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;

@@ -25,6 +25,10 @@ struct TileConfig {
   // allocates the raised count in code the raise dominates (scripts/setmaxnreg_probe.sh).
   constexpr int producer_regs() const { return consumers == 2 ? 40 : 32; }
   constexpr int consumer_regs() const { return consumers == 2 ? 232 : 160; }
+  // Split-KV merged by the kernel's last split (epilogue.cuh). Three consumers (D = 64) have no
+  // registers to spare: with the merge inlined their serving kernels spill 130-180 bytes (ptxas
+  // -v), so a combine kernel merges theirs.
+  constexpr bool merges_splits() const { return consumers == 2; }
   // Tiles are stored as [D / 64][rows][64] elements: 128-byte rows, the TMA box and wgmma's
   // 128-byte swizzle atom. Every tile starts on a 1024-byte boundary.
   constexpr int q_bytes() const { return block_m() * head_dim * 2; }
