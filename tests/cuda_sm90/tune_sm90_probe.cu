@@ -59,7 +59,7 @@ void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
   const int splits =
       detail::cuda::cap_splits(detail::cuda::resolve_splits(p, tiles, (Lk + 127) / 128), tiles);
   const int64_t ctas = std::min<int64_t>(tiles * splits, 132);
-  std::vector<double> span, skew, first, done_min, done_med, done_max, stream;
+  std::vector<double> span, skew, first, done_min, done_med, done_max, stream, prod_med, prod_max;
   for (int rep = 0; rep < 7; ++rep) {
     unsigned long long host[kMaxCtas][4] = {};
     cudaMemcpyToSymbol(g_probe, host, sizeof(host));
@@ -72,23 +72,27 @@ void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
     cudaMemcpyFromSymbol(host, g_probe, sizeof(host));
     unsigned long long t0 = ~0ull, t_end = 0;
     for (int64_t i = 0; i < ctas; ++i) t0 = std::min(t0, host[i][0]), t_end = std::max(t_end, host[i][2]);
-    std::vector<double> e, f, d, s;
+    std::vector<double> e, f, d, s, pr;
     for (int64_t i = 0; i < ctas; ++i) {
       e.push_back((host[i][0] - t0) * 1e-3), f.push_back((host[i][1] - t0) * 1e-3);
       d.push_back((host[i][2] - t0) * 1e-3), s.push_back((host[i][2] - host[i][1]) * 1e-3);
+      pr.push_back((host[i][3] - t0) * 1e-3);
     }
     span.push_back((t_end - t0) * 1e-3), skew.push_back(pct(e, 1.0)), first.push_back(pct(f, 0.5));
     done_min.push_back(pct(d, 0.0)), done_med.push_back(pct(d, 0.5)), done_max.push_back(pct(d, 1.0));
-    stream.push_back(pct(s, 0.5));
+    stream.push_back(pct(s, 0.5)), prod_med.push_back(pct(pr, 0.5)), prod_max.push_back(pct(pr, 1.0));
   }
   const double bytes_per_cta = 2.0 * B * Lk * 8 * D * 2 / static_cast<double>(ctas);
   std::printf(
       "B=%3lld Lk=%6lld splits=%2d CTAs=%3lld | us from the first CTA's entry (medians of 7 launches): "
       "span %.1f, last entry %.1f, first K landed (median CTA) %.1f, consumers done min/median/max "
-      "%.1f / %.1f / %.1f; a CTA's stream (median) %.1f us = %.1f GB/s a CTA\n",
+      "%.1f / %.1f / %.1f, producers done median/max %.1f / %.1f; a CTA's stream (median) %.1f us = %.1f "
+      "GB/s "
+      "a CTA\n",
       static_cast<long long>(B), static_cast<long long>(Lk), splits, static_cast<long long>(ctas),
       pct(span, 0.5), pct(skew, 0.5), pct(first, 0.5), pct(done_min, 0.5), pct(done_med, 0.5),
-      pct(done_max, 0.5), pct(stream, 0.5), bytes_per_cta / pct(stream, 0.5) * 1e-3);
+      pct(done_max, 0.5), pct(prod_med, 0.5), pct(prod_max, 0.5), pct(stream, 0.5),
+      bytes_per_cta / pct(stream, 0.5) * 1e-3);
 }
 }  // namespace
 
