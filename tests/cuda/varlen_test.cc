@@ -171,16 +171,35 @@ TEST(VarlenCuda, CombineMatchesTheCpu) {
   }
 }
 
+// A non-blocking stream, destroyed with the test (null if it could not be made).
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() {
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) stream = nullptr;
+  }
+  ~Stream() {
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Decoding-like: B x Lq queries against Lk keys, 32 query heads on 8 KV heads, D = 128, bf16,
+// `splits` forced, on `stream`.
+Problem split_decode(int64_t B, int64_t Lq, int64_t Lk, int splits, cudaStream_t stream) {
+  Problem p = base(128, DType::kBFloat16, 32, 8);
+  p.batch = B, p.seqlen_q = Lq, p.seqlen_k = Lk;
+  p.options.num_splits = splits;
+  p.options.cuda_stream = stream;
+  return p;
+}
+
 // A split decode step captured in a CUDA graph (the partial states come from the graph's own
 // allocations) and replayed: the same results as the plain call.
 TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   SKIP_WITHOUT_GPU();
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  Problem p = base(128, DType::kBFloat16, 32, 8);
-  p.batch = 2, p.seqlen_q = 1, p.seqlen_k = 5000;
-  p.options.num_splits = 12;
-  p.options.cuda_stream = stream;
+  const Stream owned;
+  const cudaStream_t stream = owned.stream;
+  ASSERT_NE(stream, nullptr);
+  const Problem p = split_decode(2, 1, 5000, 12, stream);
   const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
                                 const TensorRef& out, const TensorRef* lse, const Options& o) {
     cudaGraph_t graph = nullptr;
@@ -196,7 +215,6 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   };
   const Report r = run_case(p, 1, -1, graphed);
   EXPECT_TRUE(r.ok()) << r.str();
-  cudaStreamDestroy(stream);
 }
 
 // Split launches back to back on one stream: the sm90 kernel merges in the kernel through
@@ -205,17 +223,14 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
 // rows would stay NaN if a counter were left off zero.
 TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
   SKIP_WITHOUT_GPU();
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  Problem p = base(128, DType::kBFloat16, 32, 8);
-  p.batch = 3, p.seqlen_q = 2, p.seqlen_k = 3000;
-  p.options.num_splits = 9;
-  p.options.cuda_stream = stream;
+  const Stream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const Problem p = split_decode(3, 2, 3000, 9, owned.stream);
   const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
                          const TensorRef* lse, const Options& o) {
     const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
     void* other = nullptr;
-    ASSERT_EQ(cudaMalloc(&other, B * L * H * D * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&other, B * L * H * D * dtype_size(q.dtype)), cudaSuccess);
     const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
     for (int splits : {3, 9, 40}) {
       Options first = o;
@@ -228,7 +243,6 @@ TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
   };
   const Report r = run_case(p, 1, -1, runner);
   EXPECT_TRUE(r.ok()) << r.str();
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

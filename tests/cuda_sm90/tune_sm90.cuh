@@ -33,6 +33,24 @@ struct Cfg {
   static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack};
 };
 
+// buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
+inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {
+  const int64_t Lq = buf.Lq, Lk = buf.Lk, Hq = buf.Hq, Hkv = buf.Hkv;
+  AttnParams p;
+  p.q = buf.q, p.k = buf.k, p.v = buf.v, p.out = buf.o, p.lse = buf.lse;
+  p.dtype = p.out_dtype = DType::kBFloat16;
+  p.batch = buf.B, p.seqlen_q = Lq, p.seqlen_k = Lk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D;
+  p.q_stride = p.out_stride = detail::Strides4{Lq * Hq * D, Hq * D, D, 1};
+  p.k_stride = p.v_stride = detail::Strides4{Lk * Hkv * D, Hkv * D, D, 1};
+  p.lse_stride = detail::Strides3{Hq * Lq, Lq, 1};
+  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  p.window_left = -1;
+  p.window_right = causal ? 0 : -1;
+  p.seqs.max_q = Lq, p.seqs.max_k = Lk;
+  p.num_splits = buf.splits;
+  return p;
+}
+
 // The largest |variant - default| over the output, read back on the host.
 double max_diff_bf16(const void* a, const void* b, int64_t n);
 
@@ -43,25 +61,9 @@ void time_one(const Buffers& buf, bool causal) {
   constexpr TileConfig c = C::kCfg;
   constexpr int64_t D = c.head_dim;
   const int64_t B = buf.B, Lq = buf.Lq, Lk = buf.Lk, Hq = buf.Hq, Hkv = buf.Hkv;
-  AttnParams p;
-  p.q = buf.q, p.k = buf.k, p.v = buf.v, p.out = buf.o, p.lse = buf.lse;
-  p.dtype = p.out_dtype = DType::kBFloat16;
-  p.batch = B, p.seqlen_q = Lq, p.seqlen_k = Lk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D;
-  p.q_stride = p.out_stride = detail::Strides4{Lq * Hq * D, Hq * D, D, 1};
-  p.k_stride = p.v_stride = detail::Strides4{Lk * Hkv * D, Hkv * D, D, 1};
-  p.lse_stride = detail::Strides3{Hq * Lq, Lq, 1};
-  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  p.window_left = -1;
-  p.window_right = causal ? 0 : -1;
-  p.seqs.max_q = Lq, p.seqs.max_k = Lk;
-  p.num_splits = buf.splits;
-  // launch_for's pack and split count (the serving variants launch with them)
-  const int pack = detail::sm90::pack_factor(Lq, Hq / Hkv, c.block_m());
-  const int64_t tiles = (Lq * pack + c.block_m() - 1) / c.block_m() * (Hq / pack) * B;
-  const int splits =
-      kServingOnly ? detail::cuda::cap_splits(
-                         detail::cuda::resolve_splits(p, tiles, (Lk + c.block_n - 1) / c.block_n), tiles)
-                   : buf.splits;
+  const AttnParams p = params_of(buf, D, causal);
+  const detail::sm90::LaunchShape shape = detail::sm90::launch_shape<C>(p);
+  const int pack = shape.pack, splits = kServingOnly ? shape.splits : buf.splits;
   auto run = [&] {
     if constexpr (kServingOnly) {
       detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits);

@@ -42,22 +42,10 @@ double pct(std::vector<double> v, double q) {
 }
 
 void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
-  constexpr auto c = C::kCfg;
-  detail::AttnParams p;
-  p.q = buf.q, p.k = buf.k, p.v = buf.v, p.out = buf.o, p.lse = buf.lse;
-  p.dtype = p.out_dtype = DType::kBFloat16;
+  const detail::AttnParams p = sm90_tune::params_of(buf, 128, false);
   const int64_t B = buf.B, Lk = buf.Lk, D = 128;
-  p.batch = B, p.seqlen_q = 1, p.seqlen_k = Lk, p.heads_q = 32, p.heads_kv = 8, p.head_dim = D;
-  p.q_stride = p.out_stride = detail::Strides4{32 * D, 32 * D, D, 1};
-  p.k_stride = p.v_stride = detail::Strides4{Lk * 8 * D, 8 * D, D, 1};
-  p.lse_stride = detail::Strides3{32, 1, 1};
-  p.scale = 1.0f / std::sqrt(128.0f);
-  p.window_left = p.window_right = -1;
-  p.seqs.max_q = 1, p.seqs.max_k = Lk;
-  const int pack = detail::sm90::pack_factor(1, 4, c.block_m());
+  const auto [pack, splits] = detail::sm90::launch_shape<C>(p);
   const int64_t tiles = B * (32 / pack);
-  const int splits =
-      detail::cuda::cap_splits(detail::cuda::resolve_splits(p, tiles, (Lk + 127) / 128), tiles);
   const int64_t ctas = std::min<int64_t>(tiles * splits, 132);
   std::vector<double> span, skew, first, done_min, done_med, done_max, stream, prod_med, prod_max;
   for (int rep = 0; rep < 7; ++rep) {

@@ -45,7 +45,7 @@ struct KernelParams {
   float* lse_part;
   int64_t op_ss, op_sb, op_sl, op_sh, lp_ss, lp_sb, lp_sh;
   // sm90 merges the splits in the kernel: one counter per (unsplit tile, consumer), zero
-  // when a launch starts; the split that arrives last merges the warp's rows and resets it to 0.
+  // when a launch starts; the split that arrives last merges the consumer's rows and resets it to 0.
   // Null: a combine kernel follows the launch.
   int* arrivals;
   // A KV cache (forward_kvcache): with page_table, key position pos of sequence b is slot

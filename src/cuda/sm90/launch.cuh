@@ -125,14 +125,25 @@ void launch(const AttnParams& p, int pack, int splits) {
 // The dtype and mask policy of p (cuda/common/launch.cuh), the GQA packing and the split count,
 // for one config. Batches whose sequences differ (varlen, seqused) or that split run the serving
 // kernel; the rest the dense one, which keeps no per-sequence state in registers.
+// launch_for's GQA packing and split count for one config (the tuning builds launch with them).
+struct LaunchShape {
+  int pack, splits;
+};
 template <class Cfg>
-void launch_for(const AttnParams& p) {
+LaunchShape launch_shape(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
   const int64_t tiles =
       (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m() * (p.heads_q / pack) * p.batch;
-  const int splits =
-      cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
+  return {pack, cuda::cap_splits(
+                    cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles)};
+}
+
+template <class Cfg>
+void launch_for(const AttnParams& p) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  const LaunchShape shape = launch_shape<Cfg>(p);
+  const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
