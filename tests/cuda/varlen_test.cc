@@ -71,6 +71,18 @@ std::vector<Problem> split_cases() {
   cached.batch = 4, cached.seqlen_q = 1, cached.seqlen_k = 3000;
   cached.used_k = {3000, 1, 1025, 0};
   out.push_back(cached);
+  // The heuristic's splits are balanced at run time on sm90 (D = 128): Options::deterministic
+  // keeps fixed ones. One sequence of 64k keys (every CTA joins other KV heads' tiles), and 32
+  // queries of 4 heads a tile (128 rows: both consumers merge).
+  for (bool deterministic : {false, true}) {
+    Problem one = base(128, DType::kBFloat16, 32, 8);
+    one.batch = 1, one.seqlen_q = 1, one.seqlen_k = 65536 + 77;
+    one.options.deterministic = deterministic;
+    out.push_back(one);
+    Problem rows = varlen_problem(base(128, DType::kBFloat16, 32, 8), {32, 5}, {5000, 300});
+    rows.options.causal = true, rows.options.deterministic = deterministic;
+    out.push_back(rows);
+  }
   Problem d256 = base(256, DType::kBFloat16, 8, 1);
   d256.batch = 2, d256.seqlen_q = 2, d256.seqlen_k = 1500;
   d256.options.window_left = 700;
@@ -199,50 +211,55 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   const Stream owned;
   const cudaStream_t stream = owned.stream;
   ASSERT_NE(stream, nullptr);
-  const Problem p = split_decode(2, 1, 5000, 12, stream);
-  const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                                const TensorRef& out, const TensorRef* lse, const Options& o) {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    forward(q, k, v, out, lse, o);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-  };
-  const Report r = run_case(p, 1, -1, graphed);
-  EXPECT_TRUE(r.ok()) << r.str();
+  for (int splits : {12, 0}) {  // fixed, and the heuristic's (balanced on sm90)
+    const Problem p = split_decode(2, 1, 5000, splits, stream);
+    const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                  const TensorRef& out, const TensorRef* lse, const Options& o) {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      forward(q, k, v, out, lse, o);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    };
+    const Report r = run_case(p, 1, -1, graphed);
+    EXPECT_TRUE(r.ok()) << splits << ": " << r.str();
+  }
 }
 
 // Split launches back to back on one stream: the sm90 kernel merges in the kernel through
-// per-stream arrival counters that each launch leaves at zero. Launches with other split counts
-// and more tiles (which grow the counters) go first, into another output; the checked call's
-// rows would stay NaN if a counter were left off zero.
+// per-stream arrival counters (and balanced splits draw from per-tile words) that each launch
+// leaves at zero. Launches with other split counts and more tiles (which grow the counters) go
+// first, into another output; the checked call's rows would stay NaN if a counter were left
+// off zero, or (balanced) its tiles' blocks would look handed out already.
 TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
   SKIP_WITHOUT_GPU();
   const Stream owned;
   ASSERT_NE(owned.stream, nullptr);
-  const Problem p = split_decode(3, 2, 3000, 9, owned.stream);
-  const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
-                         const TensorRef* lse, const Options& o) {
-    const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
-    void* other = nullptr;
-    ASSERT_EQ(cudaMalloc(&other, B * L * H * D * dtype_size(q.dtype)), cudaSuccess);
-    const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
-    for (int splits : {3, 9, 40}) {
-      Options first = o;
-      first.num_splits = splits;
-      forward(q, k, v, scratch, nullptr, first);
-    }
-    forward(q, k, v, out, lse, o);
-    ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(o.cuda_stream)), cudaSuccess);
-    cudaFree(other);
-  };
-  const Report r = run_case(p, 1, -1, runner);
-  EXPECT_TRUE(r.ok()) << r.str();
+  for (int checked : {9, 0}) {
+    const Problem p = split_decode(3, 2, 3000, checked, owned.stream);
+    const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                           const TensorRef* lse, const Options& o) {
+      const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
+      void* other = nullptr;
+      ASSERT_EQ(cudaMalloc(&other, B * L * H * D * dtype_size(q.dtype)), cudaSuccess);
+      const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
+      for (int splits : {3, 9, 40, 0, 0}) {
+        Options first = o;
+        first.num_splits = splits;
+        forward(q, k, v, scratch, nullptr, first);
+      }
+      forward(q, k, v, out, lse, o);
+      ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(o.cuda_stream)), cudaSuccess);
+      cudaFree(other);
+    };
+    const Report r = run_case(p, 1, -1, runner);
+    EXPECT_TRUE(r.ok()) << checked << ": " << r.str();
+  }
 }
 
 }  // namespace
