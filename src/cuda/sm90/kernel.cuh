@@ -29,9 +29,17 @@ namespace tileattn::detail::sm90 {
 // The cp.async gathers' address math and the balanced scheduler's claims (balance.cuh) want
 // more producer registers (at 40 they spill 32-170 bytes, ptxas -v); the consumers give them up:
 // 224 instead of 232 with two (no spill at D = 128), 152 instead of 160 with three.
-constexpr int wide_producer_regs(const TileConfig& c) { return c.consumers == 2 ? 64 : 56; }
+constexpr int wide_producer_regs(const TileConfig&) { return 56; }
 constexpr int wide_consumer_regs(const TileConfig& c) {
   return (65536 / 128 - wide_producer_regs(c)) / c.consumers / 8 * 8;  // 224 (2 consumers), 152 (3)
+}
+// setmaxnreg moves registers between a CTA's warpgroups and cannot add any: an increase waits
+// until decreases have freed enough of the launch's allocation (ptxas gives a 384-thread CTA
+// 168 a thread, a 512-thread one 128), so a split past it hangs the consumers before their first
+// instruction. 64 / 224 with two consumers did (65536 > 64512).
+constexpr bool fits_launch(const TileConfig& c, int producer, int consumer) {
+  const int threads = 128 * (1 + c.consumers);
+  return 128 * (producer + c.consumers * consumer) <= threads * (65536 / threads / 8 * 8);
 }
 
 template <class Cfg>
@@ -68,6 +76,9 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr bool kWide = kGather || (kServing && kCfg.balances_splits());
+  static_assert(fits_launch(kCfg, wide_producer_regs(kCfg), wide_consumer_regs(kCfg)) &&
+                    fits_launch(kCfg, kCfg.producer_regs(), kCfg.consumer_regs()),
+                "setmaxnreg's split needs more registers than the launch has");
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};

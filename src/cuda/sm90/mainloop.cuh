@@ -116,40 +116,34 @@ __device__ __forceinline__ Visited produce_tile(const Smem<Cfg>& sm, const Kerne
   if constexpr (kCfg.persistent) load_k(0, block, last);
   load_q();
   if constexpr (!kCfg.persistent) load_k(0, block, last);
-  Visited done{0, false};
-  for (int64_t j = 0;; ++j) {
+  // K j + 1 goes out before V j; the visit's last block ends it (a ragged tail is always one:
+  // its chunk ends the tile's blocks).
+  int32_t j = 0;
+  for (; !last; ++j) {
     const int32_t prev = block;
-    const bool prev_last = last;
-    if (!prev_last) {
-      block = blocks.template take<kBalanced>(p, w, &last, lane);
-      load_k(j + 1, block, last);
-    }
+    block = blocks.template take<kBalanced>(p, w, &last, lane);
+    load_k(j + 1, block, last);
     load_v(j, prev);
-    if (w.tail && prev == w.n_end - 1) {
-      if constexpr (kGather) gathers.flush(lane);
-      __syncwarp();
-      const Slot<Cfg> s(pipe.ring + j);
-      mbarrier_wait(sm.v_full(s.stage), s.phase);
-      const int valid = w.len_k - prev * kCfg.block_n;  // keys of the sequence in the block
-      constexpr int kRowUnits = 8 * kChunks;            // 16-byte units of a row, all chunks
-      uint8_t* const v = sm.v(s.stage);
-      for (int idx = lane; idx < (kCfg.block_n - valid) * kRowUnits; idx += 32) {
-        const int row = valid + idx / kRowUnits, c = idx % kRowUnits / 8, u = idx % 8;
-        *reinterpret_cast<uint4*>(v + c * kCfg.block_n * 128 + row * 128 + 16 * u) = make_uint4(0, 0, 0, 0);
-      }
-      fence_proxy_async();  // the zeros, visible to wgmma's reads
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(sm.v_tail());
-      done.tail = true;
-    }
-    if (prev_last) {
-      done.blocks = static_cast<int32_t>(j + 1);
-      break;
-    }
   }
+  load_v(j, block);
   if constexpr (kGather) gathers.flush(lane);
   __syncwarp();
-  return done;
+  const bool tail = w.tail && block == w.n_end - 1;
+  if (tail) {
+    const Slot<Cfg> s(pipe.ring + j);
+    mbarrier_wait(sm.v_full(s.stage), s.phase);
+    const int valid = w.len_k - block * kCfg.block_n;  // keys of the sequence in the block
+    constexpr int kRowUnits = 8 * kChunks;             // 16-byte units of a row, all chunks
+    uint8_t* const v = sm.v(s.stage);
+    for (int idx = lane; idx < (kCfg.block_n - valid) * kRowUnits; idx += 32) {
+      const int row = valid + idx / kRowUnits, c = idx % kRowUnits / 8, u = idx % 8;
+      *reinterpret_cast<uint4*>(v + c * kCfg.block_n * 128 + row * 128 + 16 * u) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async();  // the zeros, visible to wgmma's reads
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(sm.v_tail());
+  }
+  return Visited{j + 1, tail};
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
@@ -223,12 +217,13 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 template <class Cfg, bool kServing>
 __device__ __forceinline__ int32_t block_info(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
                                               int64_t j, int stage) {
-  if (kServing && p.draws) return *sm.k_info(stage);
+  if constexpr (kServing && Cfg::kCfg.balances_splits())
+    if (p.draws) return *sm.k_info(stage);
   return static_cast<int32_t>(((w.n_begin + j) << 1) | (j == w.blocks() - 1 ? 1 : 0));
 }
 
-// The V stage of `block` ready for P V: the ragged last block waits until its rows past the
-// keys were zeroed (v_tail), the others until they landed. Counts the tail in *tails.
+// The V stage of a visit's last block ready for P V: a ragged tail waits until its rows past
+// the keys were zeroed (v_tail), any other block until it landed. Sets *tail for the tail.
 template <class Cfg>
 __device__ __forceinline__ void wait_v(const Smem<Cfg>& sm, const Work& w, const Pipe& pipe, int64_t j,
                                        int32_t block, bool* tail) {
@@ -259,7 +254,10 @@ __device__ __forceinline__ Visited idle_tile(const Smem<Cfg>& sm, const KernelPa
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       info = block_info<Cfg, kServing>(sm, p, w, j, sk.stage);
     }
-    if (j > 0) wait_v<Cfg>(sm, w, pipe, j - 1, prev, &seen.tail);
+    if (j > 0 && more)
+      mbarrier_wait<false>(sm.v_full(Slot<Cfg>(pipe.ring + j - 1).stage), Slot<Cfg>(pipe.ring + j - 1).phase);
+    else if (j > 0)
+      wait_v<Cfg>(sm, w, pipe, j - 1, prev, &seen.tail);
     turn.wait();
     turn.pass(!more);
     if (more) release(sm.k_empty(Slot<Cfg>(pipe.ring + j).stage), lane);
@@ -329,11 +327,10 @@ __device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const Kerne
     }
     int64_t j = 1;
     for (; (info & 1) == 0; ++j) {
-      const int32_t prev = info >> 1;
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       info = block_info<Cfg, kServing>(sm, p, w, j, sk.stage);
-      wait_v<Cfg>(sm, w, pipe, j - 1, prev, &seen.tail);
+      mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.scores(s, sk.stage);
       gemm.pv(o, pa, sv.stage);
