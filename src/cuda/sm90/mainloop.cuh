@@ -218,7 +218,8 @@ template <class Cfg, bool kServing>
 __device__ __forceinline__ int32_t block_info(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
                                               int64_t j, int stage) {
   if constexpr (kServing && Cfg::kCfg.balances_splits())
-    if (p.draws) return *sm.k_info(stage);
+    if (p.draws)  // lane 0 reads, before its own release of the stage; the warp shares it
+      return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *sm.k_info(stage) : 0, 0);
   return static_cast<int32_t>(((w.n_begin + j) << 1) | (j == w.blocks() - 1 ? 1 : 0));
 }
 
