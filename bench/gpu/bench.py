@@ -103,10 +103,6 @@ IMPLS = {
         Impl("tileattn", _tileattn()),
         Impl("tileattn_sm80", _tileattn("sm80")),
         Impl("tileattn_nosplit", _tileattn(num_splits=1)),  # decode: split-KV off
-        # decode through the cache entry: balanced split-KV (the default) and fixed splits
-        Impl("tileattn_kvcache", lambda q, k, v, c: (lambda: tileattn.flash_attn_with_kvcache(q, k, v, causal=c))),
-        Impl("tileattn_fixed", lambda q, k, v, c: (
-            lambda: tileattn.flash_attn_with_kvcache(q, k, v, causal=c, deterministic=True))),
         Impl("tileattn_eager", lambda q, k, v, c: (lambda: tileattn.eager(q, k, v, causal=c)), eager=True),
         Impl("torch_eager", torch_eager, eager=True),
         _sdpa("sdpa_flash", SDPBackend.FLASH_ATTENTION),
@@ -115,7 +111,7 @@ IMPLS = {
         Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
     ]
 }
-SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "tileattn_kvcache": "ours-kvc", "tileattn_fixed": "ours-fixed", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
@@ -208,8 +204,7 @@ def decode_suite(args, timer):
                         randn(s["B"], s["Lk"], s["Hkv"], s["D"]))
     impls = [i for i in args.impls if i in IMPLS and not IMPLS[i].eager]
     if "tileattn" in impls:
-        at = impls.index("tileattn") + 1
-        impls[at:at] = ["tileattn_nosplit", "tileattn_kvcache", "tileattn_fixed"]
+        impls.insert(impls.index("tileattn") + 1, "tileattn_nosplit")
     return run_rows(timer, shapes, impls, inputs, ("tbps", kv_bytes), "TB/s", 0)
 
 
@@ -425,7 +420,7 @@ def main():
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit", "tileattn_kvcache", "tileattn_fixed")))
+    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit")))
     ap.add_argument("--eager-max-len", type=int, default=4096,
                     help="eager baselines only up to this L (past it S and P only grow)")
     ap.add_argument("--warmup", type=int, default=10)

@@ -32,10 +32,8 @@ struct Options {
   // at the cost of a synchronization; bad values then raise an Error naming the tensor and
   // entry instead of running on them. CPU index tensors are always validated.
   bool check_indices = false;
-  // The same bits on every run. backward(): a fixed order for every gradient sum. forward():
-  // split-KV in fixed runs; without it the sm90 kernel hands the key blocks of the splits it
-  // chose (num_splits = 0) out at run time to the CTAs that stream fastest, and the output may
-  // differ from run to run within rounding. The CPU is deterministic whatever this says.
+  // backward(): the same bits on every run (a fixed order for every gradient sum). The CPU
+  // backward is deterministic whatever this says.
   bool deterministic = false;
 
   Kernel kernel = Kernel::kAuto;

@@ -56,9 +56,9 @@ void bind_kvcache(nb::module_& m) {
          nb::handle batch_idx, nb::handle leftpad, nb::handle page_table, nb::handle cu_q, nb::handle cu_new,
          int64_t max_seqlen_q, bool causal, std::optional<double> scale, int64_t window_left,
          int64_t window_right, double softcap, bool rotary_interleaved, int num_splits, uintptr_t stream,
-         bool u16_is_bf16, bool check_indices, const std::string& kernel, bool deterministic) {
-        Call call{causal,      scale,  window_left, window_right,  softcap,      stream,
-                  u16_is_bf16, kernel, num_splits,  check_indices, deterministic};
+         bool u16_is_bf16, bool check_indices, const std::string& kernel) {
+        Call call{causal,      scale,  window_left, window_right,  softcap, stream,
+                  u16_is_bf16, kernel, num_splits,  check_indices, false};
         run(KvArrays{q, k_cache, v_cache, out, lse, k_new, v_new, cos, sin, seqlens, batch_idx, leftpad,
                      page_table, cu_q, cu_new},
             max_seqlen_q, rotary_interleaved, call);
@@ -71,7 +71,7 @@ void bind_kvcache(nb::module_& m) {
       nb::arg("causal") = false, nb::arg("scale").none() = nb::none(), nb::arg("window_left") = -1,
       nb::arg("window_right") = -1, nb::arg("softcap") = 0.0, nb::arg("rotary_interleaved") = true,
       nb::arg("num_splits") = 0, nb::arg("stream") = 0, nb::arg("u16_is_bf16") = false,
-      nb::arg("check_indices") = false, nb::arg("kernel") = "auto", nb::arg("deterministic") = false,
+      nb::arg("check_indices") = false, nb::arg("kernel") = "auto",
       "Runs tileattn::forward_kvcache (the caches written in place with k_new).");
 }
 

@@ -22,7 +22,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False, check_indices=False, kernel="auto", deterministic=False):
+                            return_softmax_lse=False, check_indices=False, kernel="auto"):
     """A drop-in for flash-attn 3's ``flash_attn_with_kvcache`` (a decoding step).
 
     q ``[batch, seqlen_q, heads_q, head_dim]`` (or packed ``[total_q, ...]`` with
@@ -43,10 +43,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     the device first, before anything is written (one sync): a bad value raises ``ValueError``
     naming the argument. ``kernel`` (a tileattn extension, as in :func:`tileattn.attention`):
     ``"sm90"`` also runs paged caches that auto selection sends to the sm80 kernel (page sizes
-    that are not a multiple of 8, left padding) on Hopper's kernel. ``deterministic`` (a tileattn
-    extension): split-KV in fixed runs, the same bits on every run; by default Hopper's kernel
-    hands the key blocks of the splits it chose out at run time, to the CTAs that stream
-    fastest, so the output may differ from run to run within rounding.
+    that are not a multiple of 8, left padding) on Hopper's kernel.
 
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``rotary_seqlens``, ``attention_chunk``,
@@ -100,7 +97,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         core += [outputs.core(index[name]) for name in _INDEX]
         _C.forward_kvcache(*core, max_q, **options, rotary_interleaved=bool(rotary_interleaved),
                            stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16,
-                           check_indices=bool(check_indices), deterministic=bool(deterministic))
+                           check_indices=bool(check_indices))
     if return_softmax_lse:
         return outputs.result(out), outputs.result(lse)
     return outputs.result(out)

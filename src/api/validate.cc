@@ -283,7 +283,6 @@ std::optional<Error> make_params(const TensorRef& q, const TensorRef& k, const T
   P.rescale = options.rescale;
   P.num_threads = options.num_threads;
   P.num_splits = options.num_splits;
-  P.deterministic = options.deterministic;
   P.check_indices = options.check_indices;
   P.cuda_stream = options.cuda_stream;
   return std::nullopt;

@@ -40,7 +40,6 @@ struct AttnParams {
   Seqs seqs;
   bool check_indices = false;  // Options::check_indices
   int num_splits = 0;          // Options::num_splits (0: the kernel's heuristic decides)
-  bool deterministic = false;  // Options::deterministic: fixed split-KV runs (the same bits every run)
 
   float scale = 0.0f;    // resolved (never 0 unless the caller asked for 0)
   float softcap = 0.0f;  // 0 = off

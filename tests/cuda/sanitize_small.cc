@@ -65,14 +65,6 @@ int main() {
     problems.push_back(split);
   }
 
-  // The heuristic's splits, balanced at run time on sm90 (D = 128): CTAs draw key blocks, join
-  // other tiles, merge by blocks; a ragged last block (seqused) and a sequence of no keys.
-  Problem balanced = decode;
-  balanced.batch = 3, balanced.seqlen_q = 1, balanced.seqlen_k = 1500, balanced.heads_q = 32,
-  balanced.heads_kv = 8;
-  balanced.used_k = {1500, 0, 777};
-  problems.push_back(balanced);
-
   int failed = 0;
   for (const Problem& p : problems) {
     const Report r = run_case(p);

@@ -71,18 +71,14 @@ std::vector<Problem> split_cases() {
   cached.batch = 4, cached.seqlen_q = 1, cached.seqlen_k = 3000;
   cached.used_k = {3000, 1, 1025, 0};
   out.push_back(cached);
-  // The heuristic's splits are balanced at run time on sm90 (D = 128): Options::deterministic
-  // keeps fixed ones. One sequence of 64k keys (every CTA joins other KV heads' tiles), and 32
-  // queries of 4 heads a tile (128 rows: both consumers merge).
-  for (bool deterministic : {false, true}) {
-    Problem one = base(128, DType::kBFloat16, 32, 8);
-    one.batch = 1, one.seqlen_q = 1, one.seqlen_k = 65536 + 77;
-    one.options.deterministic = deterministic;
-    out.push_back(one);
-    Problem rows = varlen_problem(base(128, DType::kBFloat16, 32, 8), {32, 5}, {5000, 300});
-    rows.options.causal = true, rows.options.deterministic = deterministic;
-    out.push_back(rows);
-  }
+  // One sequence of 64k keys (the heuristic's splits over 8 KV heads' tiles), and 32 queries
+  // of 4 heads a tile (128 rows: both consumers merge).
+  Problem one = base(128, DType::kBFloat16, 32, 8);
+  one.batch = 1, one.seqlen_q = 1, one.seqlen_k = 65536 + 77;
+  out.push_back(one);
+  Problem rows = varlen_problem(base(128, DType::kBFloat16, 32, 8), {32, 5}, {5000, 300});
+  rows.options.causal = true;
+  out.push_back(rows);
   Problem d256 = base(256, DType::kBFloat16, 8, 1);
   d256.batch = 2, d256.seqlen_q = 2, d256.seqlen_k = 1500;
   d256.options.window_left = 700;
@@ -211,7 +207,7 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   const Stream owned;
   const cudaStream_t stream = owned.stream;
   ASSERT_NE(stream, nullptr);
-  for (int splits : {12, 0}) {  // fixed, and the heuristic's (balanced on sm90)
+  for (int splits : {12, 0}) {  // forced, and the heuristic's
     const Problem p = split_decode(2, 1, 5000, splits, stream);
     const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
                                   const TensorRef& out, const TensorRef* lse, const Options& o) {
@@ -232,10 +228,9 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
 }
 
 // Split launches back to back on one stream: the sm90 kernel merges in the kernel through
-// per-stream arrival counters (and balanced splits draw from per-tile words) that each launch
-// leaves at zero. Launches with other split counts and more tiles (which grow the counters) go
-// first, into another output; the checked call's rows would stay NaN if a counter were left
-// off zero, or (balanced) its tiles' blocks would look handed out already.
+// per-stream arrival counters that each launch leaves at zero. Launches with other split counts
+// and more tiles (which grow the counters) go first, into another output; the checked call's
+// rows would stay NaN if a counter were left off zero.
 TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
   SKIP_WITHOUT_GPU();
   const Stream owned;

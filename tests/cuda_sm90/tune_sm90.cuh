@@ -66,7 +66,7 @@ void time_one(const Buffers& buf, bool causal) {
   const int pack = shape.pack, splits = kServingOnly ? shape.splits : buf.splits;
   auto run = [&] {
     if constexpr (kServingOnly) {
-      detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits, shape.balanced);
+      detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits);
     } else {
       detail::sm90::launch_for<C>(p);
     }

@@ -61,9 +61,8 @@ double correlation(const std::vector<double>& a, const std::vector<double>& b) {
 
 // Is a slow CTA slow because of its SM (the same SMs slow in every launch), or because of its
 // KV head (CTA i computes split i % splits of group i / splits; group % 8 is the KV head)?
-// splits 0: balanced, CTA i's home tile is i % tiles.
 void spread_report(const std::vector<std::vector<double>>& by_sm,
-                   const std::vector<std::vector<double>>& by_cta, int splits, int64_t tiles) {
+                   const std::vector<std::vector<double>>& by_cta, int splits) {
   std::printf("  producer finish by SM, correlation of launch r with launch 0:");
   for (size_t r = 1; r < by_sm.size(); ++r) std::printf(" %.2f", correlation(by_sm[0], by_sm[r]));
   std::printf("\n  by CTA index, launch r with launch 0:");
@@ -72,18 +71,16 @@ void spread_report(const std::vector<std::vector<double>>& by_sm,
   for (int hk = 0; hk < 8; ++hk) {
     std::vector<double> t;
     for (size_t i = 0; i < by_cta[0].size(); ++i)
-      if (static_cast<int>(splits > 0 ? i / splits : i % tiles) % 8 == hk) t.push_back(by_cta[0][i]);
+      if (static_cast<int>(i / splits) % 8 == hk) t.push_back(by_cta[0][i]);
     if (!t.empty()) std::printf(" [%d] %.1f/%.1f/%.1f", hk, pct(t, 0.0), pct(t, 0.5), pct(t, 1.0));
   }
   std::printf("\n");
 }
 
-// fixed: the heuristic's split count in fixed runs (Options::deterministic), else balanced.
-void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes, bool fixed) {
-  detail::AttnParams p = sm90_tune::params_of(buf, 128, false);
-  p.deterministic = fixed;
+void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
+  const detail::AttnParams p = sm90_tune::params_of(buf, 128, false);
   const int64_t B = buf.B, Lk = buf.Lk, D = 128;
-  const auto [pack, splits, balanced] = detail::sm90::launch_shape<C>(p);
+  const auto [pack, splits] = detail::sm90::launch_shape<C>(p);
   const int64_t tiles = B * (32 / pack);
   const int64_t ctas = std::min<int64_t>(tiles * splits, 132);
   std::vector<std::vector<double>> by_sm(7, std::vector<double>(256, -1.0)), by_cta(7);
@@ -92,7 +89,7 @@ void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes, bool 
     unsigned long long host[kMaxCtas][5] = {};
     cudaMemcpyToSymbol(g_probe, host, sizeof(host));
     cudaMemset(flush, rep, flush_bytes);
-    detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits, balanced);
+    detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits);
     if (cudaDeviceSynchronize() != cudaSuccess) {
       std::printf("launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
       return;
@@ -114,16 +111,16 @@ void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes, bool 
   }
   const double bytes_per_cta = 2.0 * B * Lk * 8 * D * 2 / static_cast<double>(ctas);
   std::printf(
-      "B=%3lld Lk=%6lld splits=%2d%s CTAs=%3lld | us from the first CTA's entry (medians of 7 launches): "
+      "B=%3lld Lk=%6lld splits=%2d CTAs=%3lld | us from the first CTA's entry (medians of 7 launches): "
       "span %.1f, last entry %.1f, first K landed (median CTA) %.1f, consumers done min/median/max "
       "%.1f / %.1f / %.1f, producers done median/max %.1f / %.1f; a CTA's stream (median) %.1f us = %.1f "
       "GB/s "
       "a CTA\n",
-      static_cast<long long>(B), static_cast<long long>(Lk), splits, balanced ? " balanced" : "",
-      static_cast<long long>(ctas), pct(span, 0.5), pct(skew, 0.5), pct(first, 0.5), pct(done_min, 0.5),
-      pct(done_med, 0.5), pct(done_max, 0.5), pct(prod_med, 0.5), pct(prod_max, 0.5), pct(stream, 0.5),
+      static_cast<long long>(B), static_cast<long long>(Lk), splits, static_cast<long long>(ctas),
+      pct(span, 0.5), pct(skew, 0.5), pct(first, 0.5), pct(done_min, 0.5), pct(done_med, 0.5),
+      pct(done_max, 0.5), pct(prod_med, 0.5), pct(prod_max, 0.5), pct(stream, 0.5),
       bytes_per_cta / pct(stream, 0.5) * 1e-3);
-  spread_report(by_sm, by_cta, balanced ? 0 : splits, tiles);
+  spread_report(by_sm, by_cta, splits);
 }
 }  // namespace
 
@@ -142,12 +139,14 @@ int main() {
   cuda_test::fill_hash_bf16(buf.q, qo, 1);
   cuda_test::fill_hash_bf16(buf.k, kv, 2);
   cuda_test::fill_hash_bf16(buf.v, kv, 3);
-  // Each split decode shape with the heuristic's count balanced, then in fixed runs.
-  const struct { int64_t B, Lk; } shapes[] = {{1, 131072}, {8, 16384}, {8, 131072}, {1, 32768}};
-  for (const auto& s : shapes)
-    for (bool fixed : {false, true}) {
-      buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
-      probe(buf, flush, flush_bytes, fixed);
-    }
+  // splits 0: the heuristic's count; 32 at 1 x 128k: two tiles a CTA, drawn from the counter.
+  const struct {
+    int64_t B, Lk;
+    int splits;
+  } shapes[] = {{1, 131072, 0}, {8, 16384, 0}, {8, 131072, 0}, {64, 4096, 0}, {1, 32768, 0}, {1, 131072, 32}};
+  for (const auto& s : shapes) {
+    buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = s.splits;
+    probe(buf, flush, flush_bytes);
+  }
   return 0;
 }

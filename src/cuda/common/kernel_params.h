@@ -48,13 +48,6 @@ struct KernelParams {
   // when a launch starts; the split that arrives last merges the consumer's rows and resets it to 0.
   // Null: a combine kernel follows the launch.
   int* arrivals;
-  // sm90 balanced split-KV (null: each split walks a fixed run of blocks): per unsplit tile a
-  // 64-bit word, low half the key blocks handed out, high half the splits (visits) begun. A
-  // visit draws `chunk` blocks at a time until the tile's blocks run out, so CTAs that stream
-  // faster take more of them; `splits` is then the most visits a tile may have, and arrivals
-  // count blocks (sm90/balance.cuh). Zero when a launch starts; the last CTA out resets them.
-  unsigned long long* draws;
-  int chunk;
   // A KV cache (forward_kvcache): with page_table, key position pos of sequence b is slot
   // pos % page_size of page page_table[b * page_table_stride + pos / page_size], k_sb / v_sb
   // being the page strides; else batch b's keys are in cache row kv_batch_idx[b] (null: b).

@@ -12,7 +12,6 @@
 #include "cuda/common/kernel_params.h"
 #include "cuda/common/math.cuh"
 #include "cuda/common/merge.cuh"
-#include "cuda/sm90/balance.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/scheduler.cuh"
 #include "cuda/sm90/smem.cuh"
@@ -32,9 +31,7 @@ struct Epilogue {
 
   // o: the thread's accumulators (HOPPER_FACTS B3 layout, softmax.cuh); total: its two rows'
   // final states. Persistent CTAs first wait until the last tile's rows were read out.
-  // blocks: the key blocks these rows saw (balanced splits count them to the tile's total).
-  __device__ __forceinline__ void store(const float* o, const SoftmaxRow (&total)[2], const Work& w,
-                                        int32_t blocks) const {
+  __device__ __forceinline__ void store(const float* o, const SoftmaxRow (&total)[2], const Work& w) const {
     const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32, g = lane / 4,
               q = lane % 4;
     const int shift = p.pack_shift;
@@ -42,7 +39,7 @@ struct Epilogue {
     if (kServing && p.splits > 1) {
       store_partial(o, total, w, rows_first, warp, g, q);
       if constexpr (kCfg.merges_splits())
-        if (p.arrivals) merge_if_last(w, rows_first, tid, blocks);
+        if (p.arrivals) merge_if_last(w, rows_first, tid);
       if constexpr (kCfg.persistent && !kCfg.o_apart())
         if (tid == 0) mbarrier_arrive(sm.q_empty());  // Q's rows were not needed for staging
       return;
@@ -117,23 +114,18 @@ struct Epilogue {
   // Split-KV, merged in the kernel: the consumer that stores a group's 64 rows last (its arrival
   // counter reaching the split count) merges them from every split's partial state, a row a
   // warp at a time; a consumer past the rows takes no part, in every split alike. The counter
-  // goes back to 0 for the next launch. splits <= 32 (launch.cuh). Balanced splits arrive with
-  // their blocks: the one that completes the tile's blocks merges the visits the tile's word
-  // counted (each drew blocks, so each stored its rows before it arrived).
-  __device__ __forceinline__ void merge_if_last(const Work& w, int64_t rows_first, int tid,
-                                                int32_t blocks) const {
+  // goes back to 0 for the next launch. splits <= 32 (launch.cuh).
+  __device__ __forceinline__ void merge_if_last(const Work& w, int64_t rows_first, int tid) const {
     if ((rows_first >> p.pack_shift) >= w.len_q) return;
     const int barrier = 1 + kCfg.consumers + consumer;
     __threadfence();  // this thread's partial rows, visible device-wide before the arrival
     named_sync(barrier, kWarpgroupThreads);
     int* const arrival = p.arrivals + int64_t{w.group} * kCfg.consumers + consumer;
-    const int add = p.draws ? blocks : 1, full = p.draws ? w.blocks() : p.splits;
     const bool last =
-        named_sync_or(barrier, kWarpgroupThreads, tid == 0 && atomicAdd(arrival, add) + add == full);
+        named_sync_or(barrier, kWarpgroupThreads, tid == 0 && atomicAdd(arrival, 1) == p.splits - 1);
     if (!last) return;
     __threadfence();  // the other splits' rows, read after their arrivals
     if (tid == 0) *arrival = 0;
-    const int splits = p.draws ? word_visits(load_word(p.draws + w.group)) : p.splits;
     const int64_t pb = p.seqs.varlen_q() ? 0 : w.b;
     for (int r = tid / 32; r < 64; r += kWarpgroupThreads / 32) {
       const int64_t row = rows_first + r, pos = row >> p.pack_shift;
@@ -141,7 +133,7 @@ struct Epilogue {
       const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1)), at = w.q_start + pos;
       const float lse = cuda::merge_row<T, 1, 4, 4>(p.lse_part + pb * p.lp_sb + head * p.lp_sh + at, p.lp_ss,
                                                     p.o_part + pb * p.op_sb + at * p.op_sl + head * p.op_sh,
-                                                    p.op_ss, 1, splits, p.d_chunks * 8, p.out,
+                                                    p.op_ss, 1, p.splits, p.d_chunks * 8, p.out,
                                                     w.b * p.o_sb + at * p.o_sl + head * p.o_sh, 1);
       if (p.lse && tid % 32 == 0) p.lse[w.b * p.lse_sb + head * p.lse_sh + at * p.lse_sl] = lse;
     }

@@ -7,10 +7,8 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/kernel_params.h"
-#include "cuda/sm90/balance.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/mainloop.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -26,17 +24,17 @@
 
 namespace tileattn::detail::sm90 {
 
-// The cp.async gathers' address math and the balanced scheduler's claims (balance.cuh) want
-// more producer registers (at 40 they spill 32-170 bytes, ptxas -v); the consumers give them up:
-// 224 instead of 232 with two (no spill at D = 128), 152 instead of 160 with three.
-constexpr int wide_producer_regs(const TileConfig&) { return 56; }
-constexpr int wide_consumer_regs(const TileConfig& c) {
-  return (65536 / 128 - wide_producer_regs(c)) / c.consumers / 8 * 8;  // 224 (2 consumers), 152 (3)
+// The cp.async gathers' address math wants more producer registers (at 32 or 40 they spill,
+// ptxas -v); the consumers give them up (224 instead of 232 with two, 152 instead of 160 with
+// three). At D = 128 the serving consumers spill 16-24 bytes with 232 and 40 with 224.
+inline constexpr int kGatherProducerRegs = 56;
+constexpr int gather_consumer_regs(const TileConfig& c) {
+  return (65536 / 128 - kGatherProducerRegs) / c.consumers / 8 * 8;  // 224 (2 consumers), 152 (3)
 }
 // setmaxnreg moves registers between a CTA's warpgroups and cannot add any: an increase waits
 // until decreases have freed enough of the launch's allocation (ptxas gives a 384-thread CTA
-// 168 a thread, a 512-thread one 128), so a split past it hangs the consumers before their first
-// instruction. 64 / 224 with two consumers did (65536 > 64512).
+// 168 a thread, a 512-thread one 128), so a split past it hangs the consumers before their
+// first instruction (64 / 224 with two consumers did on an H200: 65536 > 64512).
 constexpr bool fits_launch(const TileConfig& c, int producer, int consumer) {
   const int threads = 128 * (1 + c.consumers);
   return 128 * (producer + c.consumers * consumer) <= threads * (65536 / threads / 8 * 8);
@@ -75,8 +73,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
                        const KernelParams p, int* tile_counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr TileConfig kCfg = Cfg::kCfg;
-  constexpr bool kWide = kGather || (kServing && kCfg.balances_splits());
-  static_assert(fits_launch(kCfg, wide_producer_regs(kCfg), wide_consumer_regs(kCfg)) &&
+  static_assert(fits_launch(kCfg, kGatherProducerRegs, gather_consumer_regs(kCfg)) &&
                     fits_launch(kCfg, kCfg.producer_regs(), kCfg.consumer_regs()),
                 "setmaxnreg's split needs more registers than the launch has");
   extern __shared__ uint8_t smem_raw[];
@@ -88,39 +85,23 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   const int wg = warpgroup_index();
   Pipe pipe;
   if (wg == 0) {
-    warpgroup_reg_dealloc<kWide ? wide_producer_regs(kCfg) : kCfg.producer_regs()>();
+    warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kCfg.producer_regs()>();
     if (threadIdx.x < 32) {  // the producer warp
       if (threadIdx.x == 0) {
         tma_prefetch_descriptor(&tm_q);
         tma_prefetch_descriptor(&tm_k);
         tma_prefetch_descriptor(&tm_v);
       }
-      auto visit = [&](auto balanced, const Work& w, const BlockStream& blocks) {
-        const Visited v = produce_tile<Cfg, kServing, kGather, decltype(balanced)::value>(
-            sm, p, &tm_q, &tm_k, &tm_v, w, pipe, blocks);
-        pipe.ring += v.blocks, ++pipe.tiles, pipe.tails += v.tail;
-      };
-      bool balanced = false;
-      if constexpr (kServing && !kGather && kCfg.balances_splits()) {
-        balanced = p.draws != nullptr;
-        if (balanced)
-          BalancedScheduler<Cfg, Mask>::produce(
-              sm, p, tile_counter,
-              [&](const Work& w, const BlockStream& blocks) { visit(std::true_type{}, w, blocks); });
-      }
-      if (!balanced) {
-        Scheduler<Cfg>::produce(sm, p, tile_counter, [&](int64_t tile) {
-          const Work w = work_of<Cfg, Mask, kServing>(p, tile);
-          if (w.rows > 0) visit(std::false_type{}, w, BlockStream::run(w));
-        });
-        // The consumers of a kernel that may balance arrive on the done barrier either way.
-        if constexpr (kServing && !kGather && kCfg.balances_splits())
-          named_sync(done_barrier(kCfg), 32 + 128 * kCfg.consumers);
-      }
+      Scheduler<Cfg>::produce(sm, p, tile_counter, [&](int64_t tile) {
+        const Work w = work_of<Cfg, Mask, kServing>(p, tile);
+        if (w.rows == 0) return;
+        produce_tile<Cfg, kServing, kGather>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
+        pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
+      });
       TILEATTN_SM90_PROBE(sm, 3);
     }
   } else {
-    warpgroup_reg_alloc<kWide ? wide_consumer_regs(kCfg) : kCfg.consumer_regs()>();
+    warpgroup_reg_alloc<kGather ? gather_consumer_regs(kCfg) : kCfg.consumer_regs()>();
     const int consumer = wg - 1;
     const Turns<Cfg> turn{consumer};
     if constexpr (kCfg.persistent) turn.start();
@@ -128,13 +109,11 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     Scheduler<Cfg>::consume(sm, [&](int64_t tile) {
       const Work w = work_of<Cfg, Mask, kServing>(p, tile);
       if (w.rows == 0) return;
-      const Visited v = consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe);
-      pipe.ring += v.blocks, ++pipe.tiles, pipe.tails += v.tail;
+      consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe);
+      pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
     });
     TILEATTN_SM90_PROBE(sm, 2);
     turn.finish();
-    if constexpr (kServing && !kGather && kCfg.balances_splits())
-      named_arrive(done_barrier(kCfg), 32 + 128 * kCfg.consumers);  // balance.cuh: the reset waits for it
   }
 #endif
 }

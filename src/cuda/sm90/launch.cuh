@@ -44,9 +44,8 @@ inline MapView map_view(const Strides4& st, int64_t batch, int64_t len, bool pac
   return MapView{s, 1, total};
 }
 
-// balanced: split-KV balanced at run time (balance.cuh), splits its most visits a tile.
 template <class Cfg, class T, class Mask, bool kServing, bool kGather = false>
-void launch(const AttnParams& p, int pack, int splits, bool balanced = false) {
+void launch(const AttnParams& p, int pack, int splits) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   static_assert(kCfg.smem_bytes() <= 227 * 1024, "the config needs more shared memory than a CTA may have");
   const bool bf16 = p.dtype == DType::kBFloat16;
@@ -92,11 +91,9 @@ void launch(const AttnParams& p, int pack, int splits, bool balanced = false) {
     // may be replayed on any stream, next to other launches.
     // Up to 32 splits merge in the kernel (epilogue.cuh: a split's weight in a lane), more (or
     // a config that does not merge) in the combine kernel.
-    // Balanced splits add a 64-bit draw word per unsplit tile after the arrivals.
-    const bool merges = Cfg::kCfg.merges_splits() && kp.splits > 1 && kp.splits <= kMergedSplits;
+    const bool merges = Cfg::kCfg.merges_splits() && kp.splits > 1 && kp.splits <= 32;
     const int64_t arrivals = merges ? kp.tiles / kp.splits * Cfg::kCfg.consumers : 0;
-    const int64_t words_at = (2 + arrivals + 1) / 2 * 2;
-    const int64_t ints = balanced && merges ? words_at + 2 * (kp.tiles / kp.splits) : 2 + arrivals;
+    const int64_t ints = 2 + arrivals;
     struct GraphScratch {
       int* ptr = nullptr;
       cudaStream_t stream;
@@ -118,10 +115,6 @@ void launch(const AttnParams& p, int pack, int splits, bool balanced = false) {
       }
     }
     kp.arrivals = arrivals > 0 ? scratch + 2 : nullptr;
-    if (balanced && merges) {
-      kp.draws = reinterpret_cast<unsigned long long*>(scratch + words_at);
-      kp.chunk = kBalanceChunk;
-    }
     kernel<<<dim3(static_cast<unsigned>(ctas)), Cfg::kCfg.threads(), Cfg::kCfg.smem_bytes(), stream>>>(
         tm_q, tm_k, tm_v, tm_o, kp, Cfg::kCfg.persistent ? scratch : nullptr);
     TILEATTN_CUDA_CHECK_LAUNCH();
@@ -133,12 +126,8 @@ void launch(const AttnParams& p, int pack, int splits, bool balanced = false) {
 // for one config. Batches whose sequences differ (varlen, seqused) or that split run the serving
 // kernel; the rest the dense one, which keeps no per-sequence state in registers.
 // launch_for's GQA packing and split count for one config (the tuning builds launch with them).
-// Split-KV the heuristic chose runs balanced (balance.cuh) where the config can, the call does
-// not ask for the same bits every run, and the tiles' visits fill the SMs: then `splits` is
-// the most visits a tile may have. A forced split count keeps its fixed runs.
 struct LaunchShape {
   int pack, splits;
-  bool balanced;
 };
 template <class Cfg>
 LaunchShape launch_shape(const AttnParams& p) {
@@ -146,12 +135,8 @@ LaunchShape launch_shape(const AttnParams& p) {
   const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
   const int64_t tiles =
       (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m() * (p.heads_q / pack) * p.batch;
-  const int splits =
-      cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles);
-  const bool gathers = p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n);
-  const bool balanced = kCfg.balances_splits() && splits > 1 && p.num_splits == 0 && !p.deterministic &&
-                        !gathers && tiles * kMergedSplits >= cuda::device_info(p.device_index).sm_count;
-  return {pack, balanced ? kMergedSplits : splits, balanced};
+  return {pack, cuda::cap_splits(
+                    cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles)};
 }
 
 template <class Cfg>
@@ -159,7 +144,6 @@ void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   const LaunchShape shape = launch_shape<Cfg>(p);
   const int pack = shape.pack, splits = shape.splits;
-  const bool balanced = shape.balanced;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
@@ -168,7 +152,7 @@ void launch_for(const AttnParams& p) {
     if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
     else if (serving)
-      launch<Cfg, T, Mask, true>(p, pack, splits, balanced);
+      launch<Cfg, T, Mask, true>(p, pack, splits);
     else
       launch<Cfg, T, Mask, false>(p, pack, splits);
   });

@@ -14,7 +14,6 @@
 
 #include "cuda/common/kernel_params.h"
 #include "cuda/common/math.cuh"
-#include "cuda/sm90/balance.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/gather.cuh"
@@ -33,14 +32,11 @@ namespace tileattn::detail::sm90 {
 // once the consumers released the last tile's. A paged cache's block is boxes of page_box rows,
 // lane i looking up and loading box i, or (kGather) rows gathered by cp.async (gather.cuh;
 // kServing only). A ragged sequence's last V block: once it landed, the whole warp zeroes its
-// rows past the keys and signals v_tail. The blocks come from `blocks` (balance.cuh: the tile's
-// run, or chunks drawn at run time); each K stage's block and whether it is the tile's last are
-// written to k_info for the consumers. Returns the blocks loaded and whether the tail was one.
-template <class Cfg, bool kServing, bool kGather, bool kBalanced = false>
-__device__ __forceinline__ Visited produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
-                                                const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                                const CUtensorMap* tm_v, const Work& w, const Pipe& pipe,
-                                                BlockStream blocks) {
+// rows past the keys and signals v_tail.
+template <class Cfg, bool kServing, bool kGather>
+__device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
+                                             const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                             const CUtensorMap* tm_v, const Work& w, const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   const int lane = threadIdx.x % 32;
@@ -48,11 +44,12 @@ __device__ __forceinline__ Visited produce_tile(const Smem<Cfg>& sm, const Kerne
   const int32_t batch = !kServing ? w.b : p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
   const int32_t* const pages =
       kServing && p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
+  const int64_t blocks = w.blocks();
   Gather<kCfg.head_dim, kCfg.block_n> gathers;
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
-                  int32_t block) {
-    const int32_t key = w.k_start + block * kCfg.block_n;
+                  int64_t j) {
+    const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
     if constexpr (kGather) {
       if (lane == 0) mbarrier_wait(empty, phase ^ 1);
       __syncwarp();
@@ -81,59 +78,36 @@ __device__ __forceinline__ Visited produce_tile(const Smem<Cfg>& sm, const Kerne
         tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
   };
-  auto load_k = [&](int64_t j, int32_t block, bool last) {
+  auto load_k = [&](int64_t j) {
     const Slot<Cfg> s(pipe.ring + j);
-    if constexpr (kServing) {
-      // Before the stage is armed: its barrier's phase releases the info with the bytes. The
-      // stage was released (its last info read) once its "empty" barrier passed.
-      if (kBalanced && lane == 0) {
-        mbarrier_wait(sm.k_empty(s.stage), s.phase ^ 1);
-        *sm.k_info(s.stage) = (block << 1) | (last ? 1 : 0);
-      }
-    }
-    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, block);
+    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
   };
-  auto load_v = [&](int64_t j, int32_t block) {
+  auto load_v = [&](int64_t j) {
     const Slot<Cfg> s(pipe.ring + j);
-    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, block);
+    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
   };
-  auto load_q = [&] {
-    if (lane == 0) {
-      if constexpr (Cfg::kCfg.persistent) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
-      mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
-      const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
-      for (int c = 0; c < kChunks; ++c)
-        tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0, w.h >> p.pack_shift,
-                    w.q_start + (w.m0 >> p.pack_shift), q_batch);
-    }
-  };
-  if (blocks.empty()) {
-    load_q();
-    return Visited{0, false};
+  if constexpr (kCfg.persistent) {
+    if (blocks > 0) load_k(0);
+    if (lane == 0) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
   }
-  bool last;
-  int32_t block = blocks.template take<kBalanced>(p, w, &last, lane);
-  if constexpr (kCfg.persistent) load_k(0, block, last);
-  load_q();
-  if constexpr (!kCfg.persistent) load_k(0, block, last);
-  // K j + 1 goes out before V j; the visit's last block ends it (a ragged tail is always one:
-  // its chunk ends the tile's blocks).
-  int32_t j = 0;
-  for (; !last; ++j) {
-    const int32_t prev = block;
-    block = blocks.template take<kBalanced>(p, w, &last, lane);
-    load_k(j + 1, block, last);
-    load_v(j, prev);
+  if (lane == 0) {
+    mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
+    const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
+    for (int c = 0; c < kChunks; ++c)
+      tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0, w.h >> p.pack_shift,
+                  w.q_start + (w.m0 >> p.pack_shift), q_batch);
   }
-  load_v(j, block);
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
+    if (j > 0) load_v(j - 1);
+  }
   if constexpr (kGather) gathers.flush(lane);
   __syncwarp();
-  const bool tail = w.tail && block == w.n_end - 1;
-  if (tail) {
-    const Slot<Cfg> s(pipe.ring + j);
+  if (w.tail) {
+    const Slot<Cfg> s(pipe.ring + blocks - 1);
     mbarrier_wait(sm.v_full(s.stage), s.phase);
-    const int valid = w.len_k - block * kCfg.block_n;  // keys of the sequence in the block
-    constexpr int kRowUnits = 8 * kChunks;             // 16-byte units of a row, all chunks
+    const int valid = w.len_k - (w.n_end - 1) * kCfg.block_n;  // keys of the sequence in the block
+    constexpr int kRowUnits = 8 * kChunks;                     // 16-byte units of a row, all chunks
     uint8_t* const v = sm.v(s.stage);
     for (int idx = lane; idx < (kCfg.block_n - valid) * kRowUnits; idx += 32) {
       const int row = valid + idx / kRowUnits, c = idx % kRowUnits / 8, u = idx % 8;
@@ -143,7 +117,6 @@ __device__ __forceinline__ Visited produce_tile(const Smem<Cfg>& sm, const Kerne
     __syncwarp();
     if (lane == 0) mbarrier_arrive(sm.v_tail());
   }
-  return Visited{j + 1, tail};
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
@@ -211,73 +184,41 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
   if (lane == 0) mbarrier_arrive(empty);
 }
 
-// What the consumers read of K stage `stage`, holding ring block j of the tile: (block << 1) |
-// (last of the tile). Balanced splits (balance.cuh) find it in k_info, where the producer
-// wrote it before the stage's loads; fixed runs count it.
-template <class Cfg, bool kServing>
-__device__ __forceinline__ int32_t block_info(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
-                                              int64_t j, int stage) {
-  if constexpr (kServing && Cfg::kCfg.balances_splits())
-    if (p.draws)  // lane 0 reads, before its own release of the stage; the warp shares it
-      return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *sm.k_info(stage) : 0, 0);
-  return static_cast<int32_t>(((w.n_begin + j) << 1) | (j == w.blocks() - 1 ? 1 : 0));
-}
-
-// The V stage of a visit's last block ready for P V: a ragged tail waits until its rows past
-// the keys were zeroed (v_tail), any other block until it landed. Sets *tail for the tail.
-template <class Cfg>
-__device__ __forceinline__ void wait_v(const Smem<Cfg>& sm, const Work& w, const Pipe& pipe, int64_t j,
-                                       int32_t block, bool* tail) {
-  if (w.tail && block == w.n_end - 1) {
-    mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
-    *tail = true;
-  } else {
-    mbarrier_wait<false>(sm.v_full(Slot<Cfg>(pipe.ring + j).stage), Slot<Cfg>(pipe.ring + j).phase);
-  }
-}
-
 // A consumer whose 64 rows all lie past the tile's rows (decoding: a few packed rows of 128 or
 // 192): it waits for each stage, takes its turns and releases the stages like the others, but
 // issues no GEMM, so the tensor cores serve the rows that exist. A path of its own, so the
 // mainloop's wgmma pipeline stays branch-free.
-template <class Cfg, bool kServing>
-__device__ __forceinline__ Visited idle_tile(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
-                                             const Turns<Cfg>& turn, const Pipe& pipe, int lane) {
-  Visited seen{0, false};
-  if (w.blocks() == 0) return seen;
+template <class Cfg>
+__device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn,
+                                          const Pipe& pipe, int lane) {
+  const int64_t blocks = w.blocks();
+  if (blocks == 0) return;
   if constexpr (!Cfg::kCfg.persistent) turn.start();
-  bool more = true;  // step j has a K block
-  int32_t prev = 0;
-  for (int64_t j = 0;; ++j) {
-    int32_t info = 1;
-    if (more) {
+  for (int64_t j = 0; j <= blocks; ++j) {
+    if (j < blocks) {
       const Slot<Cfg> sk(pipe.ring + j);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
-      info = block_info<Cfg, kServing>(sm, p, w, j, sk.stage);
     }
-    if (j > 0 && more)
-      mbarrier_wait<false>(sm.v_full(Slot<Cfg>(pipe.ring + j - 1).stage), Slot<Cfg>(pipe.ring + j - 1).phase);
-    else if (j > 0)
-      wait_v<Cfg>(sm, w, pipe, j - 1, prev, &seen.tail);
+    if (j > 0) {
+      const Slot<Cfg> sv(pipe.ring + j - 1);
+      if (j == blocks && w.tail)
+        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
+      else
+        mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+    }
     turn.wait();
-    turn.pass(!more);
-    if (more) release(sm.k_empty(Slot<Cfg>(pipe.ring + j).stage), lane);
+    turn.pass(j == blocks);
+    if (j < blocks) release(sm.k_empty(Slot<Cfg>(pipe.ring + j).stage), lane);
     if (j > 0) release(sm.v_empty(Slot<Cfg>(pipe.ring + j - 1).stage), lane);
-    if (!more) {
-      seen.blocks = static_cast<int32_t>(j);
-      return seen;
-    }
-    more = (info & 1) == 0, prev = info >> 1;
   }
 }
 
-// A consumer warpgroup on one tile: 64 query rows against its key blocks (block_info), in the
+// A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
-// Returns the blocks it saw.
 template <class Cfg, class T, class Mask, bool kServing>
-__device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const KernelParams& p,
-                                                const CUtensorMap* tm_o, const Work& w, int consumer,
-                                                const Pipe& pipe) {
+__device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p,
+                                             const CUtensorMap* tm_o, const Work& w, int consumer,
+                                             const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -305,32 +246,29 @@ __device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const Kerne
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
   };
+  const int k_first = w.n_begin * kN;
 
   mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
-  Visited seen{0, false};
+  const int64_t blocks = w.blocks();
   if (64 * consumer >= w.rows) {
-    seen = idle_tile<Cfg, kServing>(sm, p, w, turn, pipe, lane);
-  } else if (w.blocks() > 0) {
+    idle_tile<Cfg>(sm, w, turn, pipe, lane);
+  } else if (blocks > 0) {
     if constexpr (!kCfg.persistent) turn.start();
-    int32_t info;
     {
       const Slot<Cfg> sk(pipe.ring);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
-      info = block_info<Cfg, kServing>(sm, p, w, 0, sk.stage);
       turn.wait();
       gemm.scores(s, sk.stage);
       turn.pass(false);
       wgmma_wait<0>();
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
-      softmax(s, (info >> 1) * kN);  // o is 0: alpha needs no applying
+      softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
-    int64_t j = 1;
-    for (; (info & 1) == 0; ++j) {
+    for (int64_t j = 1; j < blocks; ++j) {
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
-      info = block_info<Cfg, kServing>(sm, p, w, j, sk.stage);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.scores(s, sk.stage);
@@ -339,7 +277,7 @@ __device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const Kerne
       wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
-      softmax(s, (info >> 1) * kN);
+      softmax(s, k_first + static_cast<int>(j) * kN);
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
       release(sm.v_empty(sv.stage), lane);
@@ -352,8 +290,11 @@ __device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const Kerne
       to_fragments();
     }
     {
-      const Slot<Cfg> sv(pipe.ring + j - 1);
-      wait_v<Cfg>(sm, w, pipe, j - 1, info >> 1, &seen.tail);  // the last block
+      const Slot<Cfg> sv(pipe.ring + blocks - 1);
+      if (w.tail)
+        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
+      else
+        mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
       turn.wait();
       gemm.pv(o, pa, sv.stage);
       turn.pass(true);
@@ -361,13 +302,11 @@ __device__ __forceinline__ Visited consume_tile(const Smem<Cfg>& sm, const Kerne
       fence_operands<kD / 2>(o);
       release(sm.v_empty(sv.stage), lane);
     }
-    seen.blocks = static_cast<int32_t>(j);
   }
   // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.
   if constexpr (kCfg.o_apart()) release(sm.q_empty(), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
-  Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w, seen.blocks);
-  return seen;
+  Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
 }
 
 }  // namespace tileattn::detail::sm90

@@ -59,9 +59,7 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
     tile_band<Mask>(seq.len_q, seq.len_k, p.window_left, p.window_right)
         .key_blocks(w.m0 >> p.pack_shift, ((w.m0 + w.rows - 1) >> p.pack_shift) + 1, kCfg.block_n, &nb, &ne);
     n_begin = nb, n_end = ne;
-    // Balanced splits (balance.cuh) draw from the whole run; fixed ones walk their part of it.
-    if constexpr (kServing)
-      if (!p.draws) split_blocks(nb, ne, p.splits, w.split, &n_begin, &n_end);
+    if constexpr (kServing) split_blocks(nb, ne, p.splits, w.split, &n_begin, &n_end);
   }
   w.n_begin = static_cast<int32_t>(n_begin), w.n_end = static_cast<int32_t>(n_end);
   w.tail = kServing && p.seqs.ragged_k() && n_end > n_begin && n_end * kCfg.block_n > seq.len_k;

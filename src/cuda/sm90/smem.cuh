@@ -36,11 +36,6 @@ struct Smem {
   __device__ int64_t* tile_slot(int s) const {
     return reinterpret_cast<int64_t*>(barriers() + 7 + 4 * kCfg.stages) + s;
   }
-  // Balanced split-KV: the key block in K stage s, (index << 1) | (last of the visit), written
-  // by the producer before the stage's loads are armed (mainloop.cuh, BlockInfo).
-  __device__ int32_t* k_info(int s) const {
-    return reinterpret_cast<int32_t*>(barriers() + 9 + 4 * kCfg.stages) + s;
-  }
 };
 
 // The CTA's key block j (counted over all its tiles) sits in ring stage j % stages; the phase

@@ -29,8 +29,6 @@ struct TileConfig {
   // registers to spare: with the merge inlined their serving kernels spill 130-180 bytes (ptxas
   // -v), so a combine kernel merges theirs.
   constexpr bool merges_splits() const { return consumers == 2; }
-  // Balanced split-KV (balance.cuh): persistent CTAs that merge in the kernel.
-  constexpr bool balances_splits() const { return persistent && merges_splits(); }
   // Tiles are stored as [D / 64][rows][64] elements: 128-byte rows, the TMA box and wgmma's
   // 128-byte swizzle atom. Every tile starts on a 1024-byte boundary.
   constexpr int q_bytes() const { return block_m() * head_dim * 2; }
@@ -109,14 +107,6 @@ constexpr int page_box(long long page_size, int block_n) {
 constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n) {
   return left_padded || page_box(page_size, block_n) == 0;
 }
-
-// Split-KV merged in the kernel: at most this many splits (a split's weight in a lane of the
-// merging warp, epilogue.cuh); more go to the combine kernel.
-inline constexpr int kMergedSplits = 32;
-// Balanced split-KV: key blocks a draw hands out (two blocks of 128 keys at D = 128 are 128 KiB
-// of K and V, some 4 us of one CTA's stream: the tail the balance leaves; the next draw is
-// issued a chunk ahead, so it needs two blocks to hide its latency).
-inline constexpr int kBalanceChunk = 2;
 
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
 template <int kD>
