@@ -7,6 +7,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
 #             PYTEST_ARGS replaces the test selection)
+#   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
+#             K and V without the attention, under other boxes, head groupings and rings
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
@@ -107,6 +109,10 @@ run_python() {
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
   step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" ${TUNE_L:-1024 4096 16384}
   awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
+}
+run_stream() {  # TMA streaming of a decode's K and V alone (a build with SM90_TUNE=ON)
+  step stream 240 "$BUILD/tests/cuda_sm90/stream_probe"
+  awk '/=== stream/,0' "$LOG" | grep -E "GB/s|x " >>"$SUMMARY"
 }
 run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
   local shape

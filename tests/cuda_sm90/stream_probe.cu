@@ -1,0 +1,241 @@
+// stream_probe: how fast TMA streams a decode's K and V on this GPU with no attention in the
+// way. The sm90 split decode reads 3.5-3.6 TB/s at 1 x 128k and 8 x 16k and 4.1 at 8 x 128k,
+// where cuDNN reads 3.9 and 4.4 (docs/kernels/sm90.md). Each variant here is a producer warp
+// issuing the loads of a fixed run of key blocks a CTA (as the split decode does) into a ring,
+// and a consumer warp that releases each stage once it landed (after `spin_ns`, standing in
+// for the GEMMs). The variants change one thing at a time against the kernel's pattern:
+// - the box: per 64-column half of one head (the kernel's, 128 bytes of each 2 KiB key row),
+//   or one box over whole rows of the CTA's heads (256 bytes a head, contiguous);
+// - KV heads a CTA streams together (1, 2, 8: 2 KiB a row with all 8);
+// - keys a block and the ring's depth (bytes in flight);
+// - CTAs an SM (1, or 2 with half the ring each and twice the splits).
+// A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
+// zeros); each launch follows a 256 MiB read that evicts them from L2 with clean lines. Prints
+// GB/s of K and V (median of 15 launches) per variant and shape. Built with
+// -DTILEATTN_SM90_TUNE=ON.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/tensor_map.h"
+#include "cuda/sm90/tma.cuh"
+#include "fill.h"
+
+namespace {
+using namespace tileattn::detail::sm90;
+
+constexpr int kD = 128, kMaxStages = 8;
+
+struct Variant {
+  const char* name;
+  int rows, stages, heads;  // keys a block, ring depth, KV heads a CTA
+  bool wide;                // one box over whole rows of the heads, else one a 64-column half
+  int ctas_per_sm;          // 1: shared memory padded so that no second CTA fits
+  int spin_ns;              // the consumer's time on a block before it releases the stage
+};
+
+struct Job {
+  int32_t len, groups, splits, blocks, rows, heads, stages, spin_ns;
+  uint32_t stage_bytes;  // K (or V) bytes of one stage
+};
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// CTA = (batch, head group, split); warp 0 lane 0 loads, warp 1 releases.
+template <bool kWide>
+__global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensorMap tm_k,
+                                                const __grid_constant__ CUtensorMap tm_v, const Job job) {
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  extern __shared__ uint8_t raw[];
+  uint8_t* const ring = align_smem_1024(raw);
+  const int split = blockIdx.x % job.splits, group = blockIdx.x / job.splits % job.groups,
+            batch = blockIdx.x / job.splits / job.groups;
+  const int begin = static_cast<int>(int64_t{split} * job.blocks / job.splits),
+            end = static_cast<int>(int64_t{split + 1} * job.blocks / job.splits);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < job.stages; ++s) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int j = 0; j < end - begin; ++j) {
+    const int s = j % job.stages;
+    const uint32_t phase = (j / job.stages) & 1;
+    if (warp == 0 && lane == 0) {
+      mbarrier_wait(&empty[s], phase ^ 1);
+      mbarrier_arrive_expect_tx(&full[s], 2 * job.stage_bytes);
+      uint8_t* const k = ring + s * 2 * job.stage_bytes;
+      uint8_t* const v = k + job.stage_bytes;
+      const int32_t key = (begin + j) * job.rows, head = group * job.heads;
+      if constexpr (kWide) {
+        tma_load_5d(k, &tm_k, &full[s], 0, 0, head, key, batch);
+        tma_load_5d(v, &tm_v, &full[s], 0, 0, head, key, batch);
+      } else {
+        const uint32_t box = job.rows * 128;
+        for (int h = 0; h < job.heads; ++h)
+          for (int c = 0; c < 2; ++c) {
+            tma_load_4d(k + (2 * h + c) * box, &tm_k, &full[s], 64 * c, head + h, key, batch);
+            tma_load_4d(v + (2 * h + c) * box, &tm_v, &full[s], 64 * c, head + h, key, batch);
+          }
+      }
+    } else if (warp == 1) {
+      mbarrier_wait(&full[s], phase);
+      if (job.spin_ns > 0 && lane == 0)
+        for (const uint64_t t0 = global_ns(); global_ns() - t0 < static_cast<uint64_t>(job.spin_ns);) {
+        }
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&empty[s]);
+    }
+  }
+}
+
+// Every byte of a and b read once, 16 at a time; the sink keeps the loads.
+__global__ void read_all(const uint4* a, const uint4* b, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 x = __ldcs(a + i), y = __ldcs(b + i);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+#define CHECK(call)                                                               \
+  do {                                                                            \
+    const cudaError_t e_ = (call);                                                \
+    if (e_ != cudaSuccess) {                                                      \
+      std::printf("%s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+struct Buffers {
+  void *k, *v, *flush;
+  unsigned* sink;
+  int64_t flush_n;  // uint4 elements
+  int sms;
+};
+
+// Median microseconds of `launch` over 15 timed calls, each after the L2 flush.
+template <class F>
+double median_us(const Buffers& buf, F&& launch) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 18; ++i) {
+    read_all<<<buf.sms * 4, 512>>>(static_cast<const uint4*>(buf.flush), static_cast<const uint4*>(buf.flush),
+                                   buf.flush_n, buf.sink);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(a));
+    launch();
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= 3) ms.push_back(t);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
+// One variant on [B, L, 8, 128] K and V: its maps, split count (the CTAs fill ctas_per_sm x
+// SMs, at least two blocks a split, as dispatch/splits.h keeps) and launch.
+double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L, int* ctas_out) {
+  const int64_t H = 8, row = H * kD * 2, batch = L * row;
+  const int groups = static_cast<int>(H / var.heads);
+  const int blocks = static_cast<int>((L + var.rows - 1) / var.rows);
+  const int64_t units = B * groups;
+  const int fill = static_cast<int>(std::max<int64_t>(1, var.ctas_per_sm * buf.sms / units));
+  const int splits = std::max(1, std::min(fill, blocks / 2));
+  Job job{static_cast<int32_t>(L),
+          groups,
+          splits,
+          blocks,
+          var.rows,
+          var.heads,
+          var.stages,
+          var.spin_ns,
+          static_cast<uint32_t>(var.heads * var.rows * kD * 2)};
+  CUtensorMap tk, tv;
+  if (var.wide) {
+    // (64 columns, 2 halves, heads, keys, batch): whole rows of `heads` heads in one box.
+    const uint64_t dims[5] = {64, 2, static_cast<uint64_t>(H), static_cast<uint64_t>(L),
+                              static_cast<uint64_t>(B)};
+    const uint64_t strides[4] = {128, kD * 2, static_cast<uint64_t>(row), static_cast<uint64_t>(batch)};
+    const uint32_t box[5] = {64, 2, static_cast<uint32_t>(var.heads), static_cast<uint32_t>(var.rows), 1};
+    tk = make_tensor_map_16bit(buf.k, true, 5, dims, strides, box, true);
+    tv = make_tensor_map_16bit(buf.v, true, 5, dims, strides, box, true);
+  } else {
+    const tileattn::detail::Strides4 st{L * H * kD, H * kD, kD, 1};
+    tk = map_of(buf.k, true, st, B, L, H, kD, static_cast<uint32_t>(var.rows));
+    tv = map_of(buf.v, true, st, B, L, H, kD, static_cast<uint32_t>(var.rows));
+  }
+  const int need = 1024 + var.stages * 2 * static_cast<int>(job.stage_bytes);
+  const int smem = var.ctas_per_sm == 1 ? std::max(need, 120 * 1024) : need;
+  auto* kernel = var.wide ? &stream_kv<true> : &stream_kv<false>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const unsigned ctas = static_cast<unsigned>(units * splits);
+  *ctas_out = static_cast<int>(ctas);
+  return median_us(buf, [&] { kernel<<<ctas, 64, smem>>>(tk, tv, job); });
+}
+
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  Buffers buf{};
+  CHECK(cudaDeviceGetAttribute(&buf.sms, cudaDevAttrMultiProcessorCount, 0));
+  const struct { int64_t B, L; } shapes[] = {{1, 131072}, {8, 16384}, {8, 131072}};
+  const int64_t most = int64_t{8} * 131072 * 8 * kD;  // elements of K (8 x 128k)
+  CHECK(cudaMalloc(&buf.k, most * 2));
+  CHECK(cudaMalloc(&buf.v, most * 2));
+  buf.flush_n = (int64_t{256} << 20) / 16;
+  CHECK(cudaMalloc(&buf.flush, buf.flush_n * 16));
+  CHECK(cudaMalloc(&buf.sink, sizeof(unsigned)));
+  tileattn::cuda_test::fill_hash_bf16(buf.k, most, 2);
+  tileattn::cuda_test::fill_hash_bf16(buf.v, most, 3);
+  tileattn::cuda_test::fill_hash_bf16(buf.flush, buf.flush_n * 8, 4);
+  const Variant variants[] = {
+      {"kernel's: 1 head, 128 keys x 2, half boxes", 128, 2, 1, false, 1, 0},
+      {"1 head, 128 x 2, row boxes", 128, 2, 1, true, 1, 0},
+      {"2 heads, 64 x 2, row boxes", 64, 2, 2, true, 1, 0},
+      {"8 heads, 16 x 2, row boxes", 16, 2, 8, true, 1, 0},
+      {"1 head, 64 x 4, half boxes", 64, 4, 1, false, 1, 0},
+      {"1 head, 64 x 2, half boxes, 2 CTAs an SM", 64, 2, 1, false, 2, 0},
+      {"1 head, 128 x 2, half boxes, consumer 1 us", 128, 2, 1, false, 1, 1000},
+      {"1 head, 128 x 2, half boxes, consumer 2 us", 128, 2, 1, false, 1, 2000},
+  };
+  std::printf("%-46s %10s %6s %9s %8s\n", "variant", "B x L", "CTAs", "us", "GB/s");
+  for (const auto& s : shapes) {
+    const double bytes = 2.0 * s.B * s.L * 8 * kD * 2;
+    const int64_t n = static_cast<int64_t>(bytes / 2 / 16);
+    const double ceiling = median_us(buf, [&] {
+      read_all<<<buf.sms * 4, 512>>>(static_cast<const uint4*>(buf.k), static_cast<const uint4*>(buf.v), n,
+                                     buf.sink);
+    });
+    std::printf("%-46s %4lld x %-4lld %6d %9.1f %8.0f\n", "plain read (ceiling)", static_cast<long long>(s.B),
+                static_cast<long long>(s.L / 1024), buf.sms * 4, ceiling, bytes / ceiling / 1e3);
+    for (const auto& var : variants) {
+      int ctas = 0;
+      const double us = run_variant(buf, var, s.B, s.L, &ctas);
+      std::printf("%-46s %4lld x %-4lld %6d %9.1f %8.0f\n", var.name, static_cast<long long>(s.B),
+                  static_cast<long long>(s.L / 1024), ctas, us, bytes / us / 1e3);
+    }
+  }
+  for (void* p : {buf.k, buf.v, buf.flush, static_cast<void*>(buf.sink)}) CHECK(cudaFree(p));
+  return 0;
+}
