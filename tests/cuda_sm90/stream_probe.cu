@@ -8,7 +8,8 @@
 //   or one box over whole rows of the CTA's heads (256 bytes a head, contiguous);
 // - KV heads a CTA streams together (1, 2, 8: 2 KiB a row with all 8);
 // - keys a block and the ring's depth (bytes in flight);
-// - CTAs an SM (1, or 2 with half the ring each and twice the splits).
+// - CTAs an SM (1, or 2 with half the ring each and twice the splits);
+// - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone).
 // A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
 // zeros); each launch follows a 256 MiB read that evicts them from L2 with clean lines. Prints
 // GB/s of K and V (median of 15 launches) per variant and shape. Built with
@@ -38,10 +39,11 @@ struct Variant {
   bool wide;                // one box over whole rows of the heads, else one a 64-column half
   int ctas_per_sm;          // 1: shared memory padded so that no second CTA fits
   int spin_ns;              // the consumer's time on a block before it releases the stage
+  int box_rows = 0;         // keys a box (a paged cache's page), 0: the block's
 };
 
 struct Job {
-  int32_t len, groups, splits, blocks, rows, heads, stages, spin_ns;
+  int32_t len, groups, splits, blocks, rows, heads, stages, spin_ns, box_rows;
   uint32_t stage_bytes;  // K (or V) bytes of one stage
 };
 
@@ -51,7 +53,8 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// CTA = (batch, head group, split); warp 0 lane 0 loads, warp 1 releases.
+// CTA = (batch, head group, split); warp 0 loads (lane 0 alone unless the boxes are smaller
+// than a block: then a lane a box, as the kernel loads a paged cache), warp 1 releases.
 template <bool kWide>
 __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensorMap tm_k,
                                                 const __grid_constant__ CUtensorMap tm_v, const Job job) {
@@ -71,22 +74,28 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
   for (int j = 0; j < end - begin; ++j) {
     const int s = j % job.stages;
     const uint32_t phase = (j / job.stages) & 1;
-    if (warp == 0 && lane == 0) {
-      mbarrier_wait(&empty[s], phase ^ 1);
-      mbarrier_arrive_expect_tx(&full[s], 2 * job.stage_bytes);
+    if (warp == 0) {  // lane 0 arms the stage; lane i issues the boxes of keys i x box_rows on
+      if (lane == 0) {
+        mbarrier_wait(&empty[s], phase ^ 1);
+        mbarrier_arrive_expect_tx(&full[s], 2 * job.stage_bytes);
+      }
+      __syncwarp();
       uint8_t* const k = ring + s * 2 * job.stage_bytes;
       uint8_t* const v = k + job.stage_bytes;
-      const int32_t key = (begin + j) * job.rows, head = group * job.heads;
-      if constexpr (kWide) {
-        tma_load_5d(k, &tm_k, &full[s], 0, 0, head, key, batch);
-        tma_load_5d(v, &tm_v, &full[s], 0, 0, head, key, batch);
-      } else {
-        const uint32_t box = job.rows * 128;
-        for (int h = 0; h < job.heads; ++h)
-          for (int c = 0; c < 2; ++c) {
-            tma_load_4d(k + (2 * h + c) * box, &tm_k, &full[s], 64 * c, head + h, key, batch);
-            tma_load_4d(v + (2 * h + c) * box, &tm_v, &full[s], 64 * c, head + h, key, batch);
-          }
+      const int32_t key = (begin + j) * job.rows, head = group * job.heads, r = lane * job.box_rows;
+      if (r < job.rows) {
+        if constexpr (kWide) {
+          const uint32_t at = r * job.heads * kD * 2;
+          tma_load_5d(k + at, &tm_k, &full[s], 0, 0, head, key + r, batch);
+          tma_load_5d(v + at, &tm_v, &full[s], 0, 0, head, key + r, batch);
+        } else {
+          for (int h = 0; h < job.heads; ++h)
+            for (int c = 0; c < 2; ++c) {
+              const uint32_t at = ((2 * h + c) * job.rows + r) * 128;
+              tma_load_4d(k + at, &tm_k, &full[s], 64 * c, head + h, key + r, batch);
+              tma_load_4d(v + at, &tm_v, &full[s], 64 * c, head + h, key + r, batch);
+            }
+        }
       }
     } else if (warp == 1) {
       mbarrier_wait(&full[s], phase);
@@ -161,28 +170,24 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int64_t units = B * groups;
   const int fill = static_cast<int>(std::max<int64_t>(1, var.ctas_per_sm * buf.sms / units));
   const int splits = std::max(1, std::min(fill, blocks / 2));
-  Job job{static_cast<int32_t>(L),
-          groups,
-          splits,
-          blocks,
-          var.rows,
-          var.heads,
-          var.stages,
-          var.spin_ns,
-          static_cast<uint32_t>(var.heads * var.rows * kD * 2)};
+  const int box_rows = var.box_rows > 0 ? var.box_rows : var.rows;
+  Job job{};
+  job.len = static_cast<int32_t>(L), job.groups = groups, job.splits = splits, job.blocks = blocks;
+  job.rows = var.rows, job.heads = var.heads, job.stages = var.stages, job.spin_ns = var.spin_ns;
+  job.box_rows = box_rows, job.stage_bytes = static_cast<uint32_t>(var.heads * var.rows * kD * 2);
   CUtensorMap tk, tv;
   if (var.wide) {
     // (64 columns, 2 halves, heads, keys, batch): whole rows of `heads` heads in one box.
     const uint64_t dims[5] = {64, 2, static_cast<uint64_t>(H), static_cast<uint64_t>(L),
                               static_cast<uint64_t>(B)};
     const uint64_t strides[4] = {128, kD * 2, static_cast<uint64_t>(row), static_cast<uint64_t>(batch)};
-    const uint32_t box[5] = {64, 2, static_cast<uint32_t>(var.heads), static_cast<uint32_t>(var.rows), 1};
+    const uint32_t box[5] = {64, 2, static_cast<uint32_t>(var.heads), static_cast<uint32_t>(box_rows), 1};
     tk = make_tensor_map_16bit(buf.k, true, 5, dims, strides, box, true);
     tv = make_tensor_map_16bit(buf.v, true, 5, dims, strides, box, true);
   } else {
     const tileattn::detail::Strides4 st{L * H * kD, H * kD, kD, 1};
-    tk = map_of(buf.k, true, st, B, L, H, kD, static_cast<uint32_t>(var.rows));
-    tv = map_of(buf.v, true, st, B, L, H, kD, static_cast<uint32_t>(var.rows));
+    tk = map_of(buf.k, true, st, B, L, H, kD, static_cast<uint32_t>(box_rows));
+    tv = map_of(buf.v, true, st, B, L, H, kD, static_cast<uint32_t>(box_rows));
   }
   const int need = 1024 + var.stages * 2 * static_cast<int>(job.stage_bytes);
   const int smem = var.ctas_per_sm == 1 ? std::max(need, 120 * 1024) : need;
@@ -218,6 +223,8 @@ int main() {
       {"1 head, 64 x 2, half boxes, 2 CTAs an SM", 64, 2, 1, false, 2, 0},
       {"1 head, 128 x 2, half boxes, consumer 1 us", 128, 2, 1, false, 1, 1000},
       {"1 head, 128 x 2, half boxes, consumer 2 us", 128, 2, 1, false, 1, 2000},
+      {"1 head, 128 x 2, half boxes of 16 keys (pages)", 128, 2, 1, false, 1, 0, 16},
+      {"1 head, 128 x 2, row boxes of 16 keys (pages)", 128, 2, 1, true, 1, 0, 16},
   };
   std::printf("%-46s %10s %6s %9s %8s\n", "variant", "B x L", "CTAs", "us", "GB/s");
   for (const auto& s : shapes) {
