@@ -13,6 +13,12 @@ from . import _C
 from ._api import attention, eager, flash_attn_func, reference
 from ._backward import attention_backward, attention_varlen_backward, eager_backward, reference_backward
 from ._kvcache import flash_attn_with_kvcache
+from ._packed import (
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 from ._varlen import attention_varlen, flash_attn_combine, flash_attn_varlen_func, reference_varlen
 
 __version__ = _C.version()
@@ -54,9 +60,13 @@ __all__ = [
     "eager",
     "reference",
     "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
     "attention_varlen",
     "reference_varlen",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "flash_attn_combine",
     "flash_attn_with_kvcache",
     "attention_backward",

@@ -231,19 +231,7 @@ def flash_attn_func(
         NotImplementedError: ``dropout_p != 0``, ``alibi_slopes`` given, or
             ``return_attn_probs=True`` (use ``attention(..., return_lse=True)`` for the LSE).
     """
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference)"
-        )
-    if alibi_slopes is not None:
-        raise NotImplementedError(
-            "alibi_slopes: tileattn has no ALiBi bias; pass alibi_slopes=None"
-        )
-    if return_attn_probs:
-        raise NotImplementedError(
-            "return_attn_probs=True: tileattn does not return attention probabilities; "
-            "use tileattn.attention(..., return_lse=True) for the log-sum-exp"
-        )
+    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
     try:
         return attention(
             q, k, v, causal=causal, scale=softmax_scale, window=_flash_window(causal, window_size),
@@ -262,6 +250,23 @@ _FLASH_ATTN_NAMES = {
     "window[0]": "window_size[0]",
     "window[1]": "window_size[1]",
 }
+
+
+def refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs):
+    """What flash-attn 2's entries take and tileattn does not: NotImplementedError for each."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference)"
+        )
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            "alibi_slopes: tileattn has no ALiBi bias; pass alibi_slopes=None"
+        )
+    if return_attn_probs:
+        raise NotImplementedError(
+            "return_attn_probs=True: tileattn does not return attention probabilities; "
+            "use tileattn.attention(..., return_lse=True) for the log-sum-exp"
+        )
 
 
 def _flash_window(causal, window_size):
