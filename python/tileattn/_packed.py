@@ -1,6 +1,6 @@
 """flash-attn 2's packed entries: q, k and v (or k and v) stacked in one array along a dim of 3
-(or 2). Each is a view split into the unpacked call (nothing copied), so gradients reach the
-packed tensor through torch's own slicing."""
+(or 2), split into the unpacked call. torch, NumPy and CuPy split into views (nothing copied;
+torch's autograd gives the packed tensor one gradient); JAX arrays slice into copies."""
 
 from ._api import flash_attn_func, refuse_fa2_extras
 from ._arrays import argument_error, kind_of
@@ -8,16 +8,32 @@ from ._varlen import flash_attn_varlen_func
 
 
 def _unpack(x, name, dim, count, rank):
-    """The `count` views of x along `dim`, after checking x's rank and that dim's size."""
-    kind_of(x, name)
+    """The `count` slices of x along `dim`, after checking x's rank and that dim's size."""
+    kind = kind_of(x, name)
     shape = tuple(x.shape)
     if len(shape) != rank or shape[dim] != count:
         want = ["..."] * rank
         want[dim] = str(count)
         raise argument_error(ValueError, name, f"shape {list(shape)}: expected [{', '.join(want)}] "
                                                f"({rank} dims, {count} along dim {dim})")
+    if kind == "torch":
+        return x.unbind(dim)  # views whose backward is one stack, not `count` zero-filled sums
     index = (slice(None),) * dim
     return tuple(x[index + (i,)] for i in range(count))
+
+
+def _call(packed, parts, dim, fn, *args, **kwargs):
+    """fn(*args, **kwargs), an error about one of `parts` (the names of the slices of the array
+    `packed`) re-raised naming `packed`, with the slice it was about."""
+    try:
+        return fn(*args, **kwargs)
+    except (TypeError, ValueError) as error:
+        argument = getattr(error, "argument", None)
+        if argument not in parts:
+            raise
+        message = str(error).removeprefix(argument + ": ")
+        raise argument_error(type(error), packed,
+                             f"{message} (of {argument}, its slice {parts.index(argument)} along dim {dim})") from None
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -27,8 +43,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     head_dim]``; with torch tensors that require grad it trains (the gradient lands in qkv)."""
     refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
     q, k, v = _unpack(qkv, "qkv", 2, 3, 5)
-    return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                           softcap=softcap, deterministic=deterministic)
+    return _call("qkv", ("q", "k", "v"), 2, flash_attn_func, q, k, v, softmax_scale=softmax_scale, causal=causal,
+                 window_size=window_size, softcap=softcap, deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -38,8 +54,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     :func:`flash_attn_func`."""
     refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
     k, v = _unpack(kv, "kv", 2, 2, 5)
-    return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                           softcap=softcap, deterministic=deterministic)
+    return _call("kv", ("k", "v"), 2, flash_attn_func, q, k, v, softmax_scale=softmax_scale, causal=causal,
+                 window_size=window_size, softcap=softcap, deterministic=deterministic)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -51,9 +67,9 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     ``out`` ``[total, heads, head_dim]``."""
     refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
     q, k, v = _unpack(qkv, "qkv", 1, 3, 4)
-    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                  softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                  softcap=softcap, num_splits=0, deterministic=deterministic)
+    return _call("qkv", ("q", "k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens, cu_seqlens, max_seqlen,
+                 max_seqlen, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                 num_splits=0, deterministic=deterministic)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -64,6 +80,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     :func:`flash_attn_varlen_func`. Returns ``out`` ``[total_q, heads_q, head_dim]``."""
     refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
     k, v = _unpack(kv, "kv", 1, 2, 4)
-    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                  softcap=softcap, num_splits=0, deterministic=deterministic)
+    return _call("kv", ("k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                 num_splits=0, deterministic=deterministic)

@@ -11,7 +11,8 @@
 // - CTAs an SM (1, or 2 with half the ring each and twice the splits);
 // - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone).
 // A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
-// zeros); each launch follows a 256 MiB read that evicts them from L2 with clean lines. Prints
+// zeros); each launch follows a 256 MiB read (normal-priority loads) that evicts them from L2
+// with clean lines. Prints
 // GB/s of K and V (median of 15 launches) per variant and shape. Built with
 // -DTILEATTN_SM90_TUNE=ON.
 #include <cuda.h>
@@ -43,15 +44,10 @@ struct Variant {
 };
 
 struct Job {
-  int32_t len, groups, splits, blocks, rows, heads, stages, spin_ns, box_rows;
+  int32_t len, groups, splits, blocks, rows, heads, stages, box_rows;
+  int64_t spin_cycles;   // spin_ns at the SM's clock
   uint32_t stage_bytes;  // K (or V) bytes of one stage
 };
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // CTA = (batch, head group, split); warp 0 loads (lane 0 alone unless the boxes are smaller
 // than a block: then a lane a box, as the kernel loads a paged cache), warp 1 releases.
@@ -99,8 +95,8 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
       }
     } else if (warp == 1) {
       mbarrier_wait(&full[s], phase);
-      if (job.spin_ns > 0 && lane == 0)
-        for (const uint64_t t0 = global_ns(); global_ns() - t0 < static_cast<uint64_t>(job.spin_ns);) {
+      if (job.spin_cycles > 0 && lane == 0)
+        for (const int64_t t0 = clock64(); clock64() - t0 < job.spin_cycles;) {
         }
       __syncwarp();
       if (lane == 0) mbarrier_arrive(&empty[s]);
@@ -108,7 +104,19 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
   }
 }
 
-// Every byte of a and b read once, 16 at a time; the sink keeps the loads.
+// The L2 flush: plain loads (ld.global.cg, kept at normal priority, so the lines evict K and V),
+// the sink keeping them.
+__global__ void flush_l2(const uint4* a, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 x = __ldcg(a + i);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// Every byte of a and b read once, 16 at a time (streaming loads); the sink keeps the loads.
 __global__ void read_all(const uint4* a, const uint4* b, int64_t n, unsigned* sink) {
   unsigned acc = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -132,7 +140,7 @@ struct Buffers {
   void *k, *v, *flush;
   unsigned* sink;
   int64_t flush_n;  // uint4 elements
-  int sms;
+  int sms, clock_khz;
 };
 
 // Median microseconds of `launch` over 15 timed calls, each after the L2 flush.
@@ -143,8 +151,7 @@ double median_us(const Buffers& buf, F&& launch) {
   CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int i = 0; i < 18; ++i) {
-    read_all<<<buf.sms * 4, 512>>>(static_cast<const uint4*>(buf.flush), static_cast<const uint4*>(buf.flush),
-                                   buf.flush_n, buf.sink);
+    flush_l2<<<buf.sms * 4, 512>>>(static_cast<const uint4*>(buf.flush), buf.flush_n, buf.sink);
     CHECK(cudaGetLastError());
     CHECK(cudaEventRecord(a));
     launch();
@@ -171,9 +178,15 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int fill = static_cast<int>(std::max<int64_t>(1, var.ctas_per_sm * buf.sms / units));
   const int splits = std::max(1, std::min(fill, blocks / 2));
   const int box_rows = var.box_rows > 0 ? var.box_rows : var.rows;
+  if (var.rows % box_rows != 0 || var.rows / box_rows > 32 || var.stages > kMaxStages || H % var.heads != 0) {
+    std::printf("%s: rows %d, box rows %d, stages %d, heads %d do not fit the probe\n", var.name, var.rows,
+                box_rows, var.stages, var.heads);
+    std::exit(1);
+  }
   Job job{};
   job.len = static_cast<int32_t>(L), job.groups = groups, job.splits = splits, job.blocks = blocks;
-  job.rows = var.rows, job.heads = var.heads, job.stages = var.stages, job.spin_ns = var.spin_ns;
+  job.rows = var.rows, job.heads = var.heads, job.stages = var.stages;
+  job.spin_cycles = int64_t{var.spin_ns} * buf.clock_khz / 1000000;
   job.box_rows = box_rows, job.stage_bytes = static_cast<uint32_t>(var.heads * var.rows * kD * 2);
   CUtensorMap tk, tv;
   if (var.wide) {
@@ -190,7 +203,8 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
     tv = map_of(buf.v, true, st, B, L, H, kD, static_cast<uint32_t>(box_rows));
   }
   const int need = 1024 + var.stages * 2 * static_cast<int>(job.stage_bytes);
-  const int smem = var.ctas_per_sm == 1 ? std::max(need, 120 * 1024) : need;
+  // Padded so that no more CTAs than asked fit an SM's 228 KiB (one: > 114 KiB; two: > 76).
+  const int smem = std::max(need, (var.ctas_per_sm == 1 ? 120 : 80) * 1024);
   auto* kernel = var.wide ? &stream_kv<true> : &stream_kv<false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const unsigned ctas = static_cast<unsigned>(units * splits);
@@ -204,6 +218,7 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Buffers buf{};
   CHECK(cudaDeviceGetAttribute(&buf.sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaDeviceGetAttribute(&buf.clock_khz, cudaDevAttrClockRate, 0));
   const struct { int64_t B, L; } shapes[] = {{1, 131072}, {8, 16384}, {8, 131072}};
   const int64_t most = int64_t{8} * 131072 * 8 * kD;  // elements of K (8 x 128k)
   CHECK(cudaMalloc(&buf.k, most * 2));

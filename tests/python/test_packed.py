@@ -33,23 +33,40 @@ def test_qkvpacked_is_the_unpacked_call():
                                             window=(9, 0), softcap=5.0))
 
 
-def test_kvpacked_with_gqa_and_lq_not_lk():
+def test_positional_arguments_in_flash_attn_2s_order():
+    qkv = make((1, 20, 3, 2, 16), 8)
+    got = tileattn.flash_attn_qkvpacked_func(qkv, 0.0, 0.3, True, (4, 4), 2.0)
+    want = tileattn.flash_attn_qkvpacked_func(qkv, softmax_scale=0.3, causal=True, window_size=(4, 4), softcap=2.0)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, tileattn.flash_attn_qkvpacked_func(qkv))
+
+
+@pytest.mark.parametrize("options", [{"causal": True}, {"softmax_scale": 0.2, "window_size": (7, 3), "softcap": 4.0}])
+def test_kvpacked_with_gqa_and_lq_not_lk(options):
     q, kv = make((2, 17, 8, 64), 1), make((2, 65, 2, 2, 64), 2)
-    got = tileattn.flash_attn_kvpacked_func(q, kv, causal=True)
-    np.testing.assert_array_equal(got, tileattn.flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], causal=True))
-    close_to_oracle(got, tileattn.reference(q, kv[:, :, 0], kv[:, :, 1], causal=True))
+    got = tileattn.flash_attn_kvpacked_func(q, kv, **options)
+    np.testing.assert_array_equal(got, tileattn.flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], **options))
+    assert not np.array_equal(got, tileattn.flash_attn_kvpacked_func(q, kv))
+    oracle = dict(scale=options.get("softmax_scale"), causal=options.get("causal", False),
+                  window=options.get("window_size", (-1, -1)), softcap=options.get("softcap", 0.0))
+    if oracle["causal"]:
+        oracle["window"] = (oracle["window"][0], 0)
+    close_to_oracle(got, tileattn.reference(q, kv[:, :, 0], kv[:, :, 1], **oracle))
 
 
-def test_varlen_qkvpacked_matches_each_sequence():
+@pytest.mark.parametrize("options", [{"causal": True}, {"softmax_scale": 0.25, "window_size": (9, 2), "softcap": 3.0}])
+def test_varlen_qkvpacked_matches_each_sequence(options):
     qkv = make((sum(LENS), 3, 4, 32), 3)
-    got = tileattn.flash_attn_varlen_qkvpacked_func(qkv, cu(LENS), max(LENS), causal=True)
+    got = tileattn.flash_attn_varlen_qkvpacked_func(qkv, cu(LENS), max(LENS), **options)
     assert got.shape == (sum(LENS), 4, 32)
+    oracle = dict(scale=options.get("softmax_scale"), causal=options.get("causal", False),
+                  window=options.get("window_size", (-1, -1)), softcap=options.get("softcap", 0.0))
     at = cu(LENS)
     for b, n in enumerate(LENS):
         if n == 0:
             continue
         s = qkv[at[b]:at[b] + n][None]
-        close_to_oracle(got[at[b]:at[b] + n], tileattn.reference(s[:, :, 0], s[:, :, 1], s[:, :, 2], causal=True)[0])
+        close_to_oracle(got[at[b]:at[b] + n], tileattn.reference(s[:, :, 0], s[:, :, 1], s[:, :, 2], **oracle)[0])
 
 
 def test_varlen_kvpacked_is_the_unpacked_call():
@@ -75,6 +92,11 @@ def test_bad_packing_and_fa2_extras_name_themselves():
                                                  return_attn_probs=True)
     with pytest.raises(TypeError, match="^kv"):
         tileattn.flash_attn_kvpacked_func(make((1, 4, 2, 8), 6), [[1.0]])
+    # Errors about a slice name the packed array.
+    with pytest.raises(ValueError, match=r"^kv: .*\(of k, its slice 0 along dim 2\)$"):
+        tileattn.flash_attn_kvpacked_func(make((1, 4, 2, 64), 6), make((1, 5, 2, 2, 32), 7))
+    with pytest.raises(TypeError, match=r"^qkv: .*float64.*\(of q, its slice 0 along dim 1\)$"):
+        tileattn.flash_attn_varlen_qkvpacked_func(make((9, 3, 4, 8), 6, np.float64), cu([9]), 9)
 
 
 def test_torch_gradients_reach_the_packed_tensor():
@@ -88,3 +110,18 @@ def test_torch_gradients_reach_the_packed_tensor():
     want = torch.stack([q.grad, k.grad, v.grad], dim=2)
     torch.testing.assert_close(qkv.grad, want, rtol=0, atol=1e-6)
     assert float(qkv.grad.abs().max()) > 0
+
+
+def test_torch_varlen_kvpacked_gradients():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(sum(LENS), 4, 16, generator=g).requires_grad_()
+    kv = torch.randn(sum(LENS_K), 2, 2, 16, generator=g).requires_grad_()
+    args = (torch.tensor(cu(LENS)), torch.tensor(cu(LENS_K)), max(LENS), max(LENS_K))
+    grad_out = torch.randn(sum(LENS), 4, 16, generator=g)
+    (tileattn.flash_attn_varlen_kvpacked_func(q, kv, *args, causal=True) * grad_out).sum().backward()
+    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, kv[:, 0], kv[:, 1]))
+    (tileattn.flash_attn_varlen_func(q2, k2, v2, *args, causal=True, num_splits=0) * grad_out).sum().backward()
+    torch.testing.assert_close(q.grad, q2.grad, rtol=0, atol=1e-6)
+    torch.testing.assert_close(kv.grad, torch.stack([k2.grad, v2.grad], dim=1), rtol=0, atol=1e-6)
+    assert float(kv.grad.abs().max()) > 0
