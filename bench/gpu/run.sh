@@ -9,6 +9,8 @@
 #             PYTEST_ARGS replaces the test selection)
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
 #             K and V without the attention, under other boxes, head groupings and rings
+#   profile_decode  ncu: DRAM bytes read, DRAM throughput and L2 hit rate of each decode kernel of
+#             tileattn and of SDPA cuDNN (PROFILE_DECODE: "B,Lk" shapes), all calls' kernels
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
@@ -113,6 +115,20 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
 run_stream() {  # TMA streaming of a decode's K and V alone (a build with SM90_TUNE=ON)
   step stream 240 "$BUILD/tests/cuda_sm90/stream_probe"
   awk '/=== stream/,0' "$LOG" | grep -E "GB/s|x " >>"$SUMMARY"
+}
+run_profile_decode() {  # ncu: DRAM bytes and rate of tileattn's decode kernels beside cuDNN's
+  run_install
+  local shape impl metrics=gpu__time_duration.sum,dram__bytes_read.sum
+  metrics=$metrics,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct
+  for shape in ${PROFILE_DECODE:-1,131072 8,16384 8,131072}; do
+    for impl in tileattn cudnn; do
+      # The kernels of the calls (NVTX ranges "<impl>"), not the inputs' fills or the flush.
+      step "profile-decode-$impl-${shape//,/x}" 180 ncu --clock-control none --nvtx --nvtx-include "$impl/" \
+        --metrics "$metrics" python3 "$ROOT/bench/gpu/profile_decode.py" --impl "$impl" --shape "$shape"
+      awk "/=== profile-decode-$impl-${shape//,/x}:/,0" "$LOG" | grep -E "^ +[a-zA-Z_]+.*\(|^ +(gpu__|dram__|lts__)" \
+        | cut -c1-200 | sed "s/^ */  decode $impl $shape: /" | head -24 >>"$SUMMARY"
+    done
+  done
 }
 run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
   local shape
