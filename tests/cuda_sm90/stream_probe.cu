@@ -9,7 +9,9 @@
 // - KV heads a CTA streams together (1, 2, 8: 2 KiB a row with all 8);
 // - keys a block and the ring's depth (bytes in flight);
 // - CTAs an SM (1, or 2 with half the ring each and twice the splits);
-// - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone).
+// - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone);
+// - the split: runs of one (batch, head) on tiles x splits CTAs (the kernel's: 128 of the 132
+//   SMs at these shapes), or an equal share of all blocks on every SM (across runs).
 // A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
 // zeros); each launch follows a 256 MiB read (normal-priority loads) that evicts them from L2
 // with clean lines. Prints
@@ -41,10 +43,12 @@ struct Variant {
   int ctas_per_sm;          // 1: shared memory padded so that no second CTA fits
   int spin_ns;              // the consumer's time on a block before it releases the stage
   int box_rows = 0;         // keys a box (a paged cache's page), 0: the block's
+  bool flat = false;        // every CTA an equal share of all blocks, across (batch, head) runs
 };
 
 struct Job {
-  int32_t len, groups, splits, blocks, rows, heads, stages, box_rows;
+  int32_t len, groups, splits, blocks, rows, heads, stages, box_rows, units;
+  bool flat;             // an equal share of all blocks a CTA (one CTA per SM x ctas_per_sm), splits unused
   int64_t spin_cycles;   // spin_ns at the SM's clock
   uint32_t stage_bytes;  // K (or V) bytes of one stage
 };
@@ -57,17 +61,24 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   extern __shared__ uint8_t raw[];
   uint8_t* const ring = align_smem_1024(raw);
-  const int split = blockIdx.x % job.splits, group = blockIdx.x / job.splits % job.groups,
-            batch = blockIdx.x / job.splits / job.groups;
-  const int begin = static_cast<int>(int64_t{split} * job.blocks / job.splits),
-            end = static_cast<int>(int64_t{split + 1} * job.blocks / job.splits);
+  // The CTA's key blocks in the flattened (batch, head group, block) order: a split of one
+  // (batch, head group), or (flat) an equal share of all of them, across their boundaries.
+  int64_t g0, g1;
+  if (job.flat) {
+    const int64_t total = int64_t{job.units} * job.blocks;
+    g0 = total * blockIdx.x / gridDim.x, g1 = total * (blockIdx.x + 1) / gridDim.x;
+  } else {
+    const int64_t unit = blockIdx.x / job.splits, split = blockIdx.x % job.splits;
+    g0 = unit * job.blocks + split * job.blocks / job.splits;
+    g1 = unit * job.blocks + (split + 1) * job.blocks / job.splits;
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < job.stages; ++s) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], 1);
     fence_barrier_init();
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int j = 0; j < end - begin; ++j) {
+  for (int j = 0; j < g1 - g0; ++j) {
     const int s = j % job.stages;
     const uint32_t phase = (j / job.stages) & 1;
     if (warp == 0) {  // lane 0 arms the stage; lane i issues the boxes of keys i x box_rows on
@@ -78,7 +89,10 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
       __syncwarp();
       uint8_t* const k = ring + s * 2 * job.stage_bytes;
       uint8_t* const v = k + job.stage_bytes;
-      const int32_t key = (begin + j) * job.rows, head = group * job.heads, r = lane * job.box_rows;
+      const int64_t unit = (g0 + j) / job.blocks;
+      const int32_t key = static_cast<int32_t>((g0 + j) % job.blocks) * job.rows,
+                    head = static_cast<int32_t>(unit % job.groups) * job.heads,
+                    batch = static_cast<int32_t>(unit / job.groups), r = lane * job.box_rows;
       if (r < job.rows) {
         if constexpr (kWide) {
           const uint32_t at = r * job.heads * kD * 2;
@@ -207,7 +221,8 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int smem = std::max(need, (var.ctas_per_sm == 1 ? 120 : 80) * 1024);
   auto* kernel = var.wide ? &stream_kv<true> : &stream_kv<false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned ctas = static_cast<unsigned>(units * splits);
+  job.units = static_cast<int32_t>(units), job.flat = var.flat;
+  const unsigned ctas = static_cast<unsigned>(var.flat ? var.ctas_per_sm * buf.sms : units * splits);
   *ctas_out = static_cast<int>(ctas);
   return median_us(buf, [&] { kernel<<<ctas, 64, smem>>>(tk, tv, job); });
 }
@@ -240,6 +255,8 @@ int main() {
       {"1 head, 128 x 2, half boxes, consumer 2 us", 128, 2, 1, false, 1, 2000},
       {"1 head, 128 x 2, half boxes of 16 keys (pages)", 128, 2, 1, false, 1, 0, 16},
       {"1 head, 128 x 2, row boxes of 16 keys (pages)", 128, 2, 1, true, 1, 0, 16},
+      {"1 head, 64 x 6, half boxes", 64, 6, 1, false, 1, 0},
+      {"kernel's, an equal share a CTA on every SM", 128, 2, 1, false, 1, 0, 0, true},
   };
   std::printf("%-46s %10s %6s %9s %8s\n", "variant", "B x L", "CTAs", "us", "GB/s");
   for (const auto& s : shapes) {
