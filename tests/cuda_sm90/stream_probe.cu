@@ -10,6 +10,7 @@
 // - keys a block and the ring's depth (bytes in flight);
 // - CTAs an SM (1, or 2 with half the ring each and twice the splits);
 // - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone);
+// - the engine: V by cp.async from four warps (16 bytes a thread), K by TMA;
 // - the split: runs of one (batch, head) on tiles x splits CTAs (the kernel's: 128 of the 132
 //   SMs at these shapes), or an equal share of all blocks on every SM (across runs).
 // A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
@@ -34,7 +35,11 @@
 namespace {
 using namespace tileattn::detail::sm90;
 
-constexpr int kD = 128, kMaxStages = 8;
+constexpr int kD = 128, kMaxStages = 8, kLoaders = 128;
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
 
 struct Variant {
   const char* name;
@@ -44,20 +49,25 @@ struct Variant {
   int spin_ns;              // the consumer's time on a block before it releases the stage
   int box_rows = 0;         // keys a box (a paged cache's page), 0: the block's
   bool flat = false;        // every CTA an equal share of all blocks, across (batch, head) runs
+  bool mixed = false;       // K by TMA, V by cp.async from four more warps (one head, half boxes)
 };
 
 struct Job {
-  int32_t len, groups, splits, blocks, rows, heads, stages, box_rows, units;
+  int32_t len, groups, splits, blocks, rows, heads, stages, box_rows, units, kv_heads;
+  const uint8_t* v;      // mixed: V's base for cp.async
+  bool mixed;            // V by cp.async from four warps, K by TMA
   bool flat;             // an equal share of all blocks a CTA (one CTA per SM x ctas_per_sm), splits unused
   int64_t spin_cycles;   // spin_ns at the SM's clock
   uint32_t stage_bytes;  // K (or V) bytes of one stage
 };
 
 // CTA = (batch, head group, split); warp 0 loads (lane 0 alone unless the boxes are smaller
-// than a block: then a lane a box, as the kernel loads a paged cache), warp 1 releases.
+// than a block: then a lane a box, as the kernel loads a paged cache), warp 1 releases. Mixed:
+// warp 0 loads K alone, and warps 2-5 load V by cp.async (16 bytes a thread and instruction,
+// into the swizzled layout TMA writes), each thread's copies arriving on the stage's barrier.
 template <bool kWide>
-__global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensorMap tm_k,
-                                                const __grid_constant__ CUtensorMap tm_v, const Job job) {
+__global__ void __launch_bounds__(192) stream_kv(const __grid_constant__ CUtensorMap tm_k,
+                                                 const __grid_constant__ CUtensorMap tm_v, const Job job) {
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   extern __shared__ uint8_t raw[];
   uint8_t* const ring = align_smem_1024(raw);
@@ -73,7 +83,8 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
     g1 = unit * job.blocks + (split + 1) * job.blocks / job.splits;
   }
   if (threadIdx.x == 0) {
-    for (int s = 0; s < job.stages; ++s) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], 1);
+    for (int s = 0; s < job.stages; ++s)
+      mbarrier_init(&full[s], job.mixed ? 1 + kLoaders : 1), mbarrier_init(&empty[s], 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -84,7 +95,7 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
     if (warp == 0) {  // lane 0 arms the stage; lane i issues the boxes of keys i x box_rows on
       if (lane == 0) {
         mbarrier_wait(&empty[s], phase ^ 1);
-        mbarrier_arrive_expect_tx(&full[s], 2 * job.stage_bytes);
+        mbarrier_arrive_expect_tx(&full[s], (job.mixed ? 1 : 2) * job.stage_bytes);
       }
       __syncwarp();
       uint8_t* const k = ring + s * 2 * job.stage_bytes;
@@ -103,10 +114,24 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
             for (int c = 0; c < 2; ++c) {
               const uint32_t at = ((2 * h + c) * job.rows + r) * 128;
               tma_load_4d(k + at, &tm_k, &full[s], 64 * c, head + h, key + r, batch);
-              tma_load_4d(v + at, &tm_v, &full[s], 64 * c, head + h, key + r, batch);
+              if (!job.mixed) tma_load_4d(v + at, &tm_v, &full[s], 64 * c, head + h, key + r, batch);
             }
         }
       }
+    } else if (warp >= 2) {  // mixed: V by cp.async
+      const int t = threadIdx.x - 64;
+      mbarrier_wait(&empty[s], phase ^ 1);
+      uint8_t* const v = ring + s * 2 * job.stage_bytes + job.stage_bytes;
+      const int64_t unit = (g0 + j) / job.blocks, key = (g0 + j) % job.blocks * job.rows;
+      const uint8_t* const src =
+          job.v + ((unit / job.groups * job.len + key) * job.kv_heads + unit % job.groups) * kD * 2;
+      for (int idx = t; idx < job.rows * 16; idx += kLoaders) {
+        const int r = idx / 16, u = idx % 16;
+        cp_async_16(v + (u / 8) * job.rows * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
+                    src + int64_t{r} * job.kv_heads * kD * 2 + 16 * u);
+      }
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(&full[s]))
+                   : "memory");
     } else if (warp == 1) {
       mbarrier_wait(&full[s], phase);
       if (job.spin_cycles > 0 && lane == 0)
@@ -116,6 +141,7 @@ __global__ void __launch_bounds__(64) stream_kv(const __grid_constant__ CUtensor
       if (lane == 0) mbarrier_arrive(&empty[s]);
     }
   }
+  if (warp >= 2) asm volatile("cp.async.wait_all;" ::: "memory");  // no copy outlives its thread
 }
 
 // The L2 flush: plain loads (ld.global.cg, kept at normal priority, so the lines evict K and V),
@@ -192,7 +218,8 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int fill = static_cast<int>(std::max<int64_t>(1, var.ctas_per_sm * buf.sms / units));
   const int splits = std::max(1, std::min(fill, blocks / 2));
   const int box_rows = var.box_rows > 0 ? var.box_rows : var.rows;
-  if (var.rows % box_rows != 0 || var.rows / box_rows > 32 || var.stages > kMaxStages || H % var.heads != 0) {
+  if (var.rows % box_rows != 0 || var.rows / box_rows > 32 || var.stages > kMaxStages || H % var.heads != 0 ||
+      (var.mixed && (var.heads != 1 || var.wide || box_rows != var.rows))) {
     std::printf("%s: rows %d, box rows %d, stages %d, heads %d do not fit the probe\n", var.name, var.rows,
                 box_rows, var.stages, var.heads);
     std::exit(1);
@@ -221,10 +248,12 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int smem = std::max(need, (var.ctas_per_sm == 1 ? 120 : 80) * 1024);
   auto* kernel = var.wide ? &stream_kv<true> : &stream_kv<false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  job.units = static_cast<int32_t>(units), job.flat = var.flat;
+  job.units = static_cast<int32_t>(units), job.flat = var.flat, job.mixed = var.mixed;
+  job.kv_heads = static_cast<int32_t>(H), job.v = static_cast<const uint8_t*>(buf.v);
   const unsigned ctas = static_cast<unsigned>(var.flat ? var.ctas_per_sm * buf.sms : units * splits);
   *ctas_out = static_cast<int>(ctas);
-  return median_us(buf, [&] { kernel<<<ctas, 64, smem>>>(tk, tv, job); });
+  const unsigned threads = var.mixed ? 64 + kLoaders : 64;
+  return median_us(buf, [&] { kernel<<<ctas, threads, smem>>>(tk, tv, job); });
 }
 
 }  // namespace
@@ -257,6 +286,8 @@ int main() {
       {"1 head, 128 x 2, row boxes of 16 keys (pages)", 128, 2, 1, true, 1, 0, 16},
       {"1 head, 64 x 6, half boxes", 64, 6, 1, false, 1, 0},
       {"kernel's, an equal share a CTA on every SM", 128, 2, 1, false, 1, 0, 0, true},
+      {"1 head, 128 x 2, K by TMA, V by cp.async", 128, 2, 1, false, 1, 0, 0, false, true},
+      {"1 head, 128 x 2, K TMA, V cp.async, every SM", 128, 2, 1, false, 1, 0, 0, true, true},
   };
   std::printf("%-46s %10s %6s %9s %8s\n", "variant", "B x L", "CTAs", "us", "GB/s");
   for (const auto& s : shapes) {
