@@ -207,22 +207,21 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   const Stream owned;
   const cudaStream_t stream = owned.stream;
   ASSERT_NE(stream, nullptr);
+  const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                                const TensorRef& out, const TensorRef* lse, const Options& o) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    forward(q, k, v, out, lse, o);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  };
   for (int splits : {12, 0}) {  // forced, and the heuristic's
-    const Problem p = split_decode(2, 1, 5000, splits, stream);
-    const auto graphed = [stream](const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                                  const TensorRef& out, const TensorRef* lse, const Options& o) {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-      forward(q, k, v, out, lse, o);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-    };
-    const Report r = run_case(p, 1, -1, graphed);
+    const Report r = run_case(split_decode(2, 1, 5000, splits, stream), 1, -1, graphed);
     EXPECT_TRUE(r.ok()) << splits << ": " << r.str();
   }
 }
@@ -235,24 +234,23 @@ TEST(VarlenCuda, SplitLaunchesBackToBackLeaveTheirCountersAtZero) {
   SKIP_WITHOUT_GPU();
   const Stream owned;
   ASSERT_NE(owned.stream, nullptr);
-  for (int checked : {9, 0}) {
-    const Problem p = split_decode(3, 2, 3000, checked, owned.stream);
-    const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
-                           const TensorRef* lse, const Options& o) {
-      const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
-      void* other = nullptr;
-      ASSERT_EQ(cudaMalloc(&other, B * L * H * D * dtype_size(q.dtype)), cudaSuccess);
-      const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
-      for (int splits : {3, 9, 40, 0, 0}) {
-        Options first = o;
-        first.num_splits = splits;
-        forward(q, k, v, scratch, nullptr, first);
-      }
-      forward(q, k, v, out, lse, o);
-      ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(o.cuda_stream)), cudaSuccess);
-      cudaFree(other);
-    };
-    const Report r = run_case(p, 1, -1, runner);
+  const auto runner = [](const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef& out,
+                         const TensorRef* lse, const Options& o) {
+    const int64_t B = q.shape[0], L = q.shape[1], H = q.shape[2], D = q.shape[3];
+    void* other = nullptr;
+    ASSERT_EQ(cudaMalloc(&other, B * L * H * D * dtype_size(q.dtype)), cudaSuccess);
+    const TensorRef scratch = TensorRef::contiguous(other, q.dtype, {B, L, H, D}, q.device);
+    for (int splits : {3, 9, 40, 0}) {
+      Options first = o;
+      first.num_splits = splits;
+      forward(q, k, v, scratch, nullptr, first);
+    }
+    forward(q, k, v, out, lse, o);
+    ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(o.cuda_stream)), cudaSuccess);
+    cudaFree(other);
+  };
+  for (int checked : {9, 0}) {  // forced, and the heuristic's
+    const Report r = run_case(split_decode(3, 2, 3000, checked, owned.stream), 1, -1, runner);
     EXPECT_TRUE(r.ok()) << checked << ": " << r.str();
   }
 }
