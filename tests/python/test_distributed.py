@@ -43,33 +43,43 @@ def unshard(parts, world, mode, causal):
     return torch.cat(parts, dim=1)
 
 
-def worker(rank, world, port, mode, causal, dtype, results):
+def step(rank, world, mode, causal, dtype, results):
+    """One rank's forward and backward; rank 0 puts the gathered out and gradients in results.
+    Its tensors (and gloo's work on them) are gone once it returns."""
+    torch.set_num_threads(1)
+    q, k, v, dout = inputs(mode, causal, dtype)
+    local = [shard(x, rank, world, mode, causal).clone().requires_grad_() for x in (q, k, v)]
+    f = cp.ring_attention if mode == "ring" else cp.ulysses_attention
+    out = f(*local, causal=causal)
+    out.backward(shard(dout, rank, world, mode, causal))
+    gathered = []
+    for t in (out, *(x.grad for x in local)):
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t.detach().contiguous())
+        gathered.append(unshard(parts, world, mode, causal))
+    if rank == 0:  # by value (fp32 NumPy arrays hold bf16 exactly)
+        results.put([t.float().numpy() for t in gathered])
+
+
+def worker(rank, world, port, mode, causal, dtype, results, done):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        torch.set_num_threads(1)
-        q, k, v, dout = inputs(mode, causal, dtype)
-        local = [shard(x, rank, world, mode, causal).clone().requires_grad_() for x in (q, k, v)]
-        f = cp.ring_attention if mode == "ring" else cp.ulysses_attention
-        out = f(*local, causal=causal)
-        out.backward(shard(dout, rank, world, mode, causal))
-        gathered = []
-        for t in (out, *(x.grad for x in local)):
-            parts = [torch.empty_like(t) for _ in range(world)]
-            dist.all_gather(parts, t.detach().contiguous())
-            gathered.append(unshard(parts, world, mode, causal))
-        if rank == 0:  # by value (fp32 NumPy arrays hold bf16 exactly): the workers exit next
-            results.put([t.float().numpy() for t in gathered])
+        step(rank, world, mode, causal, dtype, results)
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # No rank exits, closing its sockets (rank 0: the store), while another still tears down
+    # (one CI run saw a worker abort at exit, 'terminate called without an active exception').
+    done.wait(timeout=120)
 
 
 def run(world, mode, causal, dtype=torch.float32):
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    results, done = ctx.Queue(), ctx.Barrier(world)
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, mode, causal, dtype, results)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, mode, causal, dtype, results, done))
+             for r in range(world)]
     for p in procs:
         p.start()
     got = [torch.from_numpy(a).to(dtype) for a in results.get(timeout=240)]
