@@ -7,6 +7,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
 #             PYTEST_ARGS replaces the test selection)
+#   tune_split  tests/cuda_sm90/tune_sm90_split (SM90_TUNE=ON): the split decode under other
+#             K / V rings and V loaders, GB/s of K and V
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
 #             K and V without the attention, under other boxes, head groupings and rings
 #   profile_decode  ncu: DRAM bytes read, DRAM throughput and L2 hit rate of each decode kernel of
@@ -111,6 +113,10 @@ run_python() {
 run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
   step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" ${TUNE_L:-1024 4096 16384}
   awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
+}
+run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
+  step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"
+  awk '/=== tune-split/,0' "$LOG" | grep "GB/s" | sed 's/ Hq=32 Hkv=8//; s/ TFLOP\/s//' | cut -c1-170 >>"$SUMMARY"
 }
 run_stream() {  # TMA streaming of a decode's K and V alone (a build with SM90_TUNE=ON)
   step stream 240 "$BUILD/tests/cuda_sm90/stream_probe"

@@ -28,9 +28,9 @@ struct Buffers {
   int splits = 1;  // the variants' split count: 1, or 0 for the library's heuristic (decode)
 };
 
-template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true>
+template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true, bool VWarps = false>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack};
+  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps};
 };
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
@@ -110,10 +110,11 @@ void time_one(const Buffers& buf, bool causal) {
   const double flops = 4.0 * B * Hq * Lq * Lk * D * (causal && Lq == Lk ? 0.5 : 1.0);
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
-      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d smem=%6d causal=%d splits=%d "
-      "B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
+      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d smem=%6d causal=%d "
+      "splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
       "max|diff vs default| %.3g\n",
-      c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.smem_bytes(),
+      c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
+      c.smem_bytes(),
       causal, splits, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
       static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
       diff);

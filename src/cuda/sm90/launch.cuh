@@ -139,9 +139,12 @@ LaunchShape launch_shape(const AttnParams& p) {
                     cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles)};
 }
 
-template <class Cfg>
+// ServingCfg: the serving kernel's config where it differs (tile_config.h); its tiles are Cfg's.
+template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
+  static_assert(ServingCfg::kCfg.block_m() == kCfg.block_m() && ServingCfg::kCfg.block_n == kCfg.block_n,
+                "the serving config must tile as the dense one (one pack and split count)");
   const LaunchShape shape = launch_shape<Cfg>(p);
   const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
@@ -152,7 +155,7 @@ void launch_for(const AttnParams& p) {
     if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
     else if (serving)
-      launch<Cfg, T, Mask, true>(p, pack, splits);
+      launch<ServingCfg, T, Mask, true>(p, pack, splits);
     else
       launch<Cfg, T, Mask, false>(p, pack, splits);
   });
