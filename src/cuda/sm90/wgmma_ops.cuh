@@ -16,9 +16,8 @@ namespace tileattn::detail::sm90 {
 template <int N, bool kBf16>
 struct WgmmaOp;
 
-#define TILEATTN_D8(i)                                                                        \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define TILEATTN_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                       "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
 template <>
 struct WgmmaOp<64, true> {
@@ -34,8 +33,7 @@ struct WgmmaOp<64, true> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -61,8 +59,7 @@ struct WgmmaOp<64, false> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
@@ -89,8 +86,7 @@ struct WgmmaOp<80, true> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"
@@ -118,8 +114,7 @@ struct WgmmaOp<80, false> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {"
@@ -147,8 +142,7 @@ struct WgmmaOp<96, true> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
@@ -176,8 +170,7 @@ struct WgmmaOp<96, false> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {"
@@ -202,13 +195,11 @@ struct WgmmaOp<128, true> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -217,8 +208,7 @@ struct WgmmaOp<128, true> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -235,13 +225,11 @@ struct WgmmaOp<128, false> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
@@ -250,8 +238,7 @@ struct WgmmaOp<128, false> {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -270,13 +257,11 @@ struct WgmmaOp<176, true> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
         "}, %88, %89, p, 1, 1, 0, %91;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {"
@@ -287,8 +272,7 @@ struct WgmmaOp<176, true> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
         "}, {%88, %89, %90, %91}, %92, p, 1, 1, %94;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -307,13 +291,11 @@ struct WgmmaOp<176, false> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
         "}, %88, %89, p, 1, 1, 0, %91;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 {"
@@ -324,8 +306,7 @@ struct WgmmaOp<176, false> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
         "}, {%88, %89, %90, %91}, %92, p, 1, 1, %94;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -344,13 +325,11 @@ struct WgmmaOp<192, true> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
         "}, %96, %97, p, 1, 1, 0, %99;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
@@ -361,8 +340,7 @@ struct WgmmaOp<192, true> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
         "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -381,13 +359,11 @@ struct WgmmaOp<192, false> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
         "}, %96, %97, p, 1, 1, 0, %99;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {"
@@ -398,8 +374,7 @@ struct WgmmaOp<192, false> {
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
         "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -420,14 +395,11 @@ struct WgmmaOp<256, true> {
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
         "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80),
-          TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
@@ -440,9 +412,7 @@ struct WgmmaOp<256, true> {
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
         "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80),
-          TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
@@ -463,14 +433,11 @@ struct WgmmaOp<256, false> {
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
         "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80),
-          TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
   template <int kTransB>
-  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b,
-                                            uint32_t accumulate) {
+  __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
@@ -483,9 +450,7 @@ struct WgmmaOp<256, false> {
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
         "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
-        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40),
-          TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80),
-          TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
+        : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
   }
 };
