@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/params.h"
 #include "cuda/check.h"
@@ -139,7 +140,10 @@ LaunchShape launch_shape(const AttnParams& p) {
                     cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles)};
 }
 
-// ServingCfg: the serving kernel's config where it differs (tile_config.h); its tiles are Cfg's.
+// ServingCfg: the serving kernel's config for decoding a contiguous cache (a tile's packed rows
+// fit one consumer, so the call streams K and V: tile_config.h); its tiles are Cfg's. Prefill
+// keeps Cfg (ServingConfig's three stages and V warps measured 0.74-0.78x of it on varlen
+// prefill, 2026-12-04), and paged caches too (their V stays on TMA, where two stages are faster).
 template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -149,13 +153,16 @@ void launch_for(const AttnParams& p) {
   const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
+  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64;
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
     if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
-    else if (serving)
+    else if (serving && decodes)
       launch<ServingCfg, T, Mask, true>(p, pack, splits);
+    else if (serving)
+      launch<Cfg, T, Mask, true>(p, pack, splits);
     else
       launch<Cfg, T, Mask, false>(p, pack, splits);
   });
