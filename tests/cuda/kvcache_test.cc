@@ -58,6 +58,12 @@ std::vector<KvSpec> gpu_specs() {
   KvSpec d32;  // the CPU suite's default case (head dim 32, padded to 64), paged by 7
   d32.dtype = DType::kFloat16, d32.page_size = 7;
   out.push_back(d32);
+  KvSpec stream;  // a long contiguous cache through cache_batch_idx, unsplit: the sm90 kernel's
+  stream.dtype = DType::kBFloat16;  // decode config (35 key blocks a CTA: V by the producer's warps)
+  stream.capacity = 4500, stream.seqlens = {4400, 1, 4300}, stream.len_q = 1, stream.len_new = 1;
+  stream.hq = 8, stream.hkv = 2, stream.d = 128, stream.rotary = true, stream.options.causal = true;
+  stream.batch_idx = true, stream.options.num_splits = 1;
+  out.push_back(stream);
   KvSpec wide;  // head dim 256, a long cache, decoding with the split heuristic
   wide.dtype = DType::kBFloat16, wide.d = 256, wide.hq = 4, wide.hkv = 4, wide.capacity = 2100;
   wide.page_size = 16, wide.seqlens = {2047, 1, 1000}, wide.len_q = 2, wide.len_new = 2;

@@ -129,6 +129,7 @@ void launch(const AttnParams& p, int pack, int splits) {
 // launch_for's GQA packing and split count for one config (the tuning builds launch with them).
 struct LaunchShape {
   int pack, splits;
+  int64_t tiles;  // query tiles, before the splits
 };
 template <class Cfg>
 LaunchShape launch_shape(const AttnParams& p) {
@@ -136,14 +137,18 @@ LaunchShape launch_shape(const AttnParams& p) {
   const int pack = kCfg.gqa_packing ? pack_factor(p.seqlen_q, p.group_size(), kCfg.block_m()) : 1;
   const int64_t tiles =
       (p.seqlen_q * pack + kCfg.block_m() - 1) / kCfg.block_m() * (p.heads_q / pack) * p.batch;
-  return {pack, cuda::cap_splits(
-                    cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles)};
+  return {
+      pack,
+      cuda::cap_splits(cuda::resolve_splits(p, tiles, (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n), tiles),
+      tiles};
 }
 
-// ServingCfg: the serving kernel's config for decoding a contiguous cache (a tile's packed rows
-// fit one consumer, so the call streams K and V: tile_config.h); its tiles are Cfg's. Prefill
-// keeps Cfg (ServingConfig's three stages and V warps measured 0.74-0.78x of it on varlen
-// prefill, 2026-12-04), and paged caches too (their V stays on TMA, where two stages are faster).
+// ServingCfg: the serving kernel's config for a long decode of a contiguous cache (tile_config.h):
+// a tile's packed rows fit one consumer, one wave of CTAs a tile each, each streaming 32 key
+// blocks or more; its tiles are Cfg's. Measured on an H200 (2026-12-04, docs/kernels/sm90.md):
+// there it gains 3-6% (1 x 128k, 8 x 16k, 8 x 128k); it lost on varlen prefill (0.74-0.78x),
+// at 1 x 32k (16 blocks a split) and on 64 x 4k / 64 x 32k caches (512 tiles, ~5% slower), and
+// paged V stays on TMA, where two stages are faster: those keep Cfg.
 template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -153,7 +158,9 @@ void launch_for(const AttnParams& p) {
   const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
-  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64;
+  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64 &&
+                       shape.tiles * splits <= cuda::device_info(p.device_index).sm_count &&
+                       (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n >= 32 * int64_t{splits};
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
