@@ -9,6 +9,8 @@
 #             PYTEST_ARGS replaces the test selection)
 #   tune_split  tests/cuda_sm90/tune_sm90_split (SM90_TUNE=ON): the split decode under other
 #             K / V rings and V loaders, GB/s of K and V
+#   cta_probe tests/cuda_sm90/tune_sm90_probe (SM90_TUNE=ON): each CTA's entry, first K, loads'
+#             end and finish in the split decode, by SM and by KV head
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
 #             K and V without the attention, under other boxes, head groupings and rings
 #   profile_decode  ncu: DRAM bytes read, DRAM throughput and L2 hit rate of each decode kernel of
@@ -117,6 +119,10 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"
   awk '/=== tune-split/,0' "$LOG" | grep "GB/s" | sed 's/ Hq=32 Hkv=8//; s/ TFLOP\/s//' | cut -c1-170 >>"$SUMMARY"
+}
+run_cta_probe() {  # per-CTA timeline of the split decode (a build with SM90_TUNE=ON)
+  step cta-probe 150 "$BUILD/tests/cuda_sm90/tune_sm90_probe"
+  awk '/=== cta-probe/,0' "$LOG" | grep -E "^B=|by KV head|correlation" | cut -c1-400 >>"$SUMMARY"
 }
 run_stream() {  # TMA streaming of a decode's K and V alone (a build with SM90_TUNE=ON)
   step stream 240 "$BUILD/tests/cuda_sm90/stream_probe"

@@ -12,7 +12,10 @@
 // - boxes of 16 keys, as a cache paged by 16 is loaded (contiguous here: the box size alone);
 // - the engine: V by cp.async from four warps (16 bytes a thread), K by TMA;
 // - the split: runs of one (batch, head) on tiles x splits CTAs (the kernel's: 128 of the 132
-//   SMs at these shapes), or an equal share of all blocks on every SM (across runs).
+//   SMs at these shapes), or an equal share of all blocks on every SM (across runs);
+// - a paged cache: pages of 16 keys in a random order (a block's 8 boxes from 8 pages far
+//   apart), with or without an L2 prefetch (TMA's, no shared memory) of the blocks 2 ahead;
+// - more warps polling each stage's barrier before the release (the kernel's consumers: 8).
 // A plain vectorized read of the same bytes is the ceiling. K and V are hashed values (never
 // zeros); each launch follows a 256 MiB read (normal-priority loads) that evicts them from L2
 // with clean lines. Prints
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "cuda/sm90/barrier.cuh"
@@ -50,6 +54,9 @@ struct Variant {
   int box_rows = 0;         // keys a box (a paged cache's page), 0: the block's
   bool flat = false;        // every CTA an equal share of all blocks, across (batch, head) runs
   bool mixed = false;       // K by TMA, V by cp.async from four more warps (one head, half boxes)
+  bool paged = false;       // boxes of 16 keys from pages of 16 in a random order
+  int prefetch = 0;         // paged: blocks ahead whose boxes are prefetched into L2 (0: none)
+  int pollers = 0;          // extra warps that wait on each stage and release it too
 };
 
 struct Job {
@@ -59,14 +66,26 @@ struct Job {
   bool flat;             // an equal share of all blocks a CTA (one CTA per SM x ctas_per_sm), splits unused
   int64_t spin_cycles;   // spin_ns at the SM's clock
   uint32_t stage_bytes;  // K (or V) bytes of one stage
+  const int32_t* table;  // paged: logical page (batch x len / 16 + key / 16) -> physical page
+  int prefetch, pollers;
 };
+
+// Box coordinates of keys [key, key + box_rows) of `batch`: (key, batch) in a contiguous cache,
+// (0, page) in a paged one.
+__device__ __forceinline__ void box_at(const Job& job, int32_t batch, int32_t key, int32_t* c2, int32_t* c3) {
+  if (job.table == nullptr) {
+    *c2 = key, *c3 = batch;
+  } else {
+    *c2 = 0, *c3 = job.table[(int64_t{batch} * job.len + key) / 16];
+  }
+}
 
 // CTA = (batch, head group, split); warp 0 loads (lane 0 alone unless the boxes are smaller
 // than a block: then a lane a box, as the kernel loads a paged cache), warp 1 releases. Mixed:
 // warp 0 loads K alone, and warps 2-5 load V by cp.async (16 bytes a thread and instruction,
 // into the swizzled layout TMA writes), each thread's copies arriving on the stage's barrier.
 template <bool kWide>
-__global__ void __launch_bounds__(192) stream_kv(const __grid_constant__ CUtensorMap tm_k,
+__global__ void __launch_bounds__(384) stream_kv(const __grid_constant__ CUtensorMap tm_k,
                                                  const __grid_constant__ CUtensorMap tm_v, const Job job) {
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   extern __shared__ uint8_t raw[];
@@ -84,7 +103,7 @@ __global__ void __launch_bounds__(192) stream_kv(const __grid_constant__ CUtenso
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < job.stages; ++s)
-      mbarrier_init(&full[s], job.mixed ? 1 + kLoaders : 1), mbarrier_init(&empty[s], 1);
+      mbarrier_init(&full[s], job.mixed ? 1 + kLoaders : 1), mbarrier_init(&empty[s], 1 + job.pollers);
     fence_barrier_init();
   }
   __syncthreads();
@@ -110,14 +129,29 @@ __global__ void __launch_bounds__(192) stream_kv(const __grid_constant__ CUtenso
           tma_load_5d(k + at, &tm_k, &full[s], 0, 0, head, key + r, batch);
           tma_load_5d(v + at, &tm_v, &full[s], 0, 0, head, key + r, batch);
         } else {
+          int32_t c2, c3;
+          box_at(job, batch, key + r, &c2, &c3);
           for (int h = 0; h < job.heads; ++h)
             for (int c = 0; c < 2; ++c) {
               const uint32_t at = ((2 * h + c) * job.rows + r) * 128;
-              tma_load_4d(k + at, &tm_k, &full[s], 64 * c, head + h, key + r, batch);
-              if (!job.mixed) tma_load_4d(v + at, &tm_v, &full[s], 64 * c, head + h, key + r, batch);
+              tma_load_4d(k + at, &tm_k, &full[s], 64 * c, head + h, c2, c3);
+              if (!job.mixed) tma_load_4d(v + at, &tm_v, &full[s], 64 * c, head + h, c2, c3);
             }
+          if (job.prefetch > 0 && j + job.prefetch < g1 - g0) {  // one head, one run (paged only)
+            const int64_t ahead = g0 + j + job.prefetch;
+            const int32_t key2 = static_cast<int32_t>(ahead % job.blocks) * job.rows;
+            box_at(job, static_cast<int32_t>(ahead / job.blocks / job.groups), key2 + r, &c2, &c3);
+            for (int c = 0; c < 2; ++c) {
+              tma_prefetch_l2_4d(&tm_k, 64 * c, head, c2, c3);
+              tma_prefetch_l2_4d(&tm_v, 64 * c, head, c2, c3);
+            }
+          }
         }
       }
+    } else if (warp >= 2 && !job.mixed) {  // pollers: wait for the stage, then release it too
+      mbarrier_wait(&full[s], phase);
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&empty[s]);
     } else if (warp >= 2) {  // mixed: V by cp.async
       const int t = threadIdx.x - 64;
       mbarrier_wait(&empty[s], phase ^ 1);
@@ -172,6 +206,8 @@ struct Buffers {
   unsigned* sink;
   int64_t flush_n;  // uint4 elements
   int sms, clock_khz;
+  int32_t* table = nullptr;  // the paged variants' page table, for table_pages pages
+  int64_t table_pages = 0;
 };
 
 // Median microseconds of `launch` over 15 timed calls, each after the L2 flush.
@@ -200,9 +236,23 @@ double median_us(const Buffers& buf, F&& launch) {
   return 1000.0 * ms[ms.size() / 2];
 }
 
+// A random permutation of `pages` pages (fixed seed) on the device, for the paged variants.
+const int32_t* page_table(Buffers& buf, int64_t pages) {
+  if (buf.table_pages != pages) {
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
+    for (int64_t i = 0; i < pages; ++i) perm[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+    if (buf.table) CHECK(cudaFree(buf.table));
+    CHECK(cudaMalloc(&buf.table, perm.size() * sizeof(int32_t)));
+    CHECK(cudaMemcpy(buf.table, perm.data(), perm.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    buf.table_pages = pages;
+  }
+  return buf.table;
+}
+
 // One variant on [B, L, 8, 128] K and V: its maps, split count (the CTAs fill ctas_per_sm x
 // SMs, at least two blocks a split, as dispatch/splits.h keeps) and launch.
-double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L, int* ctas_out) {
+double run_variant(Buffers& buf, const Variant& var, int64_t B, int64_t L, int* ctas_out) {
   const int64_t H = 8, row = H * kD * 2, batch = L * row;
   const int groups = static_cast<int>(H / var.heads);
   const int blocks = static_cast<int>((L + var.rows - 1) / var.rows);
@@ -211,7 +261,9 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   const int splits = std::max(1, std::min(fill, blocks / 2));
   const int box_rows = var.box_rows > 0 ? var.box_rows : var.rows;
   if (var.rows % box_rows != 0 || var.rows / box_rows > 32 || var.stages > kMaxStages || H % var.heads != 0 ||
-      (var.mixed && (var.heads != 1 || var.wide || box_rows != var.rows))) {
+      (var.mixed && (var.heads != 1 || var.wide || box_rows != var.rows || var.pollers > 0)) ||
+      (var.paged && (var.heads != 1 || var.wide || box_rows != 16 || var.mixed || var.flat)) ||
+      (var.prefetch > 0 && !var.paged)) {
     std::printf("%s: rows %d, box rows %d, stages %d, heads %d do not fit the probe\n", var.name, var.rows,
                 box_rows, var.stages, var.heads);
     std::exit(1);
@@ -230,11 +282,17 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
     const uint32_t box[5] = {64, 2, static_cast<uint32_t>(var.heads), static_cast<uint32_t>(box_rows), 1};
     tk = make_tensor_map_16bit(buf.k, true, 5, dims, strides, box, true);
     tv = make_tensor_map_16bit(buf.v, true, 5, dims, strides, box, true);
+  } else if (var.paged) {  // the same bytes as pages [B x L / 16][16][H][D]
+    const tileattn::detail::Strides4 st{16 * H * kD, H * kD, kD, 1};
+    tk = map_of(buf.k, true, st, B * L / 16, 16, H, kD, 16);
+    tv = map_of(buf.v, true, st, B * L / 16, 16, H, kD, 16);
+    job.table = page_table(buf, B * L / 16);
   } else {
     const tileattn::detail::Strides4 st{L * H * kD, H * kD, kD, 1};
     tk = map_of(buf.k, true, st, B, L, H, kD, static_cast<uint32_t>(box_rows));
     tv = map_of(buf.v, true, st, B, L, H, kD, static_cast<uint32_t>(box_rows));
   }
+  job.prefetch = var.prefetch, job.pollers = var.pollers;
   const int need = 1024 + var.stages * 2 * static_cast<int>(job.stage_bytes);
   // Padded so that no more CTAs than asked fit an SM's 228 KiB (one: > 114 KiB; two: > 76).
   const int smem = std::max(need, (var.ctas_per_sm == 1 ? 120 : 80) * 1024);
@@ -244,7 +302,7 @@ double run_variant(const Buffers& buf, const Variant& var, int64_t B, int64_t L,
   job.kv_heads = static_cast<int32_t>(H), job.v = static_cast<const uint8_t*>(buf.v);
   const unsigned ctas = static_cast<unsigned>(var.flat ? var.ctas_per_sm * buf.sms : units * splits);
   *ctas_out = static_cast<int>(ctas);
-  const unsigned threads = var.mixed ? 64 + kLoaders : 64;
+  const unsigned threads = var.mixed ? 64 + kLoaders : 64 + 32 * var.pollers;
   return median_us(buf, [&] { kernel<<<ctas, threads, smem>>>(tk, tv, job); });
 }
 
@@ -280,6 +338,10 @@ int main() {
       {"kernel's, an equal share a CTA on every SM", 128, 2, 1, false, 1, 0, 0, true},
       {"1 head, 128 x 2, K by TMA, V by cp.async", 128, 2, 1, false, 1, 0, 0, false, true},
       {"1 head, 128 x 2, K TMA, V cp.async, every SM", 128, 2, 1, false, 1, 0, 0, true, true},
+      {"kernel's, 8 more warps polling each stage", 128, 2, 1, false, 1, 0, 0, false, false, false, 0, 8},
+      {"paged 16, random pages, boxes of 16", 128, 2, 1, false, 1, 0, 16, false, false, true},
+      {"paged 16, random, L2 prefetch 2 blocks ahead", 128, 2, 1, false, 1, 0, 16, false, false, true, 2},
+      {"paged 16, random, L2 prefetch 4 blocks ahead", 128, 2, 1, false, 1, 0, 16, false, false, true, 4},
   };
   std::printf("%-46s %10s %6s %9s %8s\n", "variant", "B x L", "CTAs", "us", "GB/s");
   for (const auto& s : shapes) {
@@ -298,6 +360,7 @@ int main() {
                   static_cast<long long>(s.L / 1024), ctas, us, bytes / us / 1e3);
     }
   }
-  for (void* p : {buf.k, buf.v, buf.flush, static_cast<void*>(buf.sink)}) CHECK(cudaFree(p));
+  for (void* p : {buf.k, buf.v, buf.flush, static_cast<void*>(buf.sink), static_cast<void*>(buf.table)})
+    if (p) CHECK(cudaFree(p));
   return 0;
 }

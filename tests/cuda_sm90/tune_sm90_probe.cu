@@ -42,7 +42,9 @@ __device__ void probe_mark(const S& sm, int point) {
 
 namespace {
 using namespace tileattn;
-using C = sm90_tune::Cfg<128, 128, 2, 2, true, true>;
+// The library's decode config (three stages, V by the producer warpgroup's warps 1-3; the
+// producer's marks are warp 0's, K's loads).
+using C = detail::sm90::ServingConfig<128>;
 
 double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -80,7 +82,8 @@ void spread_report(const std::vector<std::vector<double>>& by_sm,
 void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
   const detail::AttnParams p = sm90_tune::params_of(buf, 128, false);
   const int64_t B = buf.B, Lk = buf.Lk, D = 128;
-  const auto [pack, splits] = detail::sm90::launch_shape<C>(p);
+  const detail::sm90::LaunchShape shape = detail::sm90::launch_shape<C>(p);
+  const int pack = shape.pack, splits = shape.splits;
   const int64_t tiles = B * (32 / pack);
   const int64_t ctas = std::min<int64_t>(tiles * splits, 132);
   std::vector<std::vector<double>> by_sm(7, std::vector<double>(256, -1.0)), by_cta(7);

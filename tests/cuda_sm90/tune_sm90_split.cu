@@ -16,6 +16,7 @@ void split_n64_s4(const Buffers& b);
 void split_n64_s6(const Buffers& b);
 void split_n128_s2_vwarps(const Buffers& b);
 void split_n128_s3_vwarps(const Buffers& b);
+void split_n128_s3_vwarps_nopp(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
 int main() {
@@ -38,6 +39,7 @@ int main() {
     split_n128_s2_vwarps(buf);
     split_n128_s3(buf);
     split_n128_s3_vwarps(buf);
+    split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
   for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);

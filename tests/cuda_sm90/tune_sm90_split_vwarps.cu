@@ -9,3 +9,9 @@ void split_n128_s3_vwarps(const Buffers& b) {
   time_one<Cfg<128, 128, 3, 2, true, true, true, true>, true>(b, false);
 }
 }  // namespace tileattn::sm90_tune
+namespace tileattn::sm90_tune {
+// The same without the consumers' turns (in a decode one consumer issues GEMMs, the other idles).
+void split_n128_s3_vwarps_nopp(const Buffers& b) {
+  time_one<Cfg<128, 128, 3, 2, false, true, true, true>, true>(b, false);
+}
+}  // namespace tileattn::sm90_tune
