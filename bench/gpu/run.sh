@@ -8,7 +8,8 @@
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
 #             PYTEST_ARGS replaces the test selection)
 #   tune_split  tests/cuda_sm90/tune_sm90_split (SM90_TUNE=ON): the split decode under other
-#             K / V rings and V loaders, GB/s of K and V
+#             K / V rings and V loaders, and over pages of 16 with and without an L2 prefetch,
+#             GB/s of K and V
 #   cta_probe tests/cuda_sm90/tune_sm90_probe (SM90_TUNE=ON): each CTA's entry, first K, loads'
 #             end and finish in the split decode, by SM and by KV head
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's

@@ -26,11 +26,20 @@ struct Buffers {
   float* lse;
   int64_t B, Lq, Lk, Hq, Hkv;
   int splits = 1;  // the variants' split count: 1, or 0 for the library's heuristic (decode)
+  // A paged cache (page_size > 0): kp / vp hold k / v's pages of page_size keys scattered by
+  // `table` (logical page b x Lk / page_size + i -> physical page), so the result is k / v's.
+  int page_size = 0;
+  const int32_t* table = nullptr;
+  void *kp = nullptr, *vp = nullptr;
 };
 
-template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true, bool VWarps = false>
+// dst's page table[g] = src's page g, each page_bytes long (B x L / page_size pages).
+void scatter_pages(const void* src, void* dst, const int32_t* table, int64_t pages, int64_t page_bytes);
+
+template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true, bool VWarps = false,
+          int Prefetch = 0>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps};
+  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps, Prefetch};
 };
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
@@ -48,6 +57,12 @@ inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {
   p.window_right = causal ? 0 : -1;
   p.seqs.max_q = Lq, p.seqs.max_k = Lk;
   p.num_splits = buf.splits;
+  if (buf.page_size > 0) {
+    p.k = buf.kp, p.v = buf.vp;
+    p.k_stride = p.v_stride = detail::Strides4{buf.page_size * Hkv * D, Hkv * D, D, 1};
+    p.page_table = buf.table, p.page_size = buf.page_size, p.page_table_stride = Lk / buf.page_size;
+    p.cache_rows = buf.B * Lk / buf.page_size;
+  }
   return p;
 }
 
@@ -110,13 +125,15 @@ void time_one(const Buffers& buf, bool causal) {
   const double flops = 4.0 * B * Hq * Lq * Lk * D * (causal && Lq == Lk ? 0.5 : 1.0);
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
-      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d smem=%6d causal=%d "
-      "splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f GB/s of K,V  "
-      "max|diff vs default| %.3g\n",
+      "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d prefetch=%d "
+      "page=%d "
+      "smem=%6d causal=%d splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f "
+      "GB/s "
+      "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
-      c.smem_bytes(), causal, splits, static_cast<long long>(B), static_cast<long long>(Lq),
-      static_cast<long long>(Lk), static_cast<long long>(Hq), static_cast<long long>(Hkv), ms,
-      flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
+      c.l2_prefetch, buf.page_size, c.smem_bytes(), causal, splits, static_cast<long long>(B),
+      static_cast<long long>(Lq), static_cast<long long>(Lk), static_cast<long long>(Hq),
+      static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
 }
 
 void tune_d64(const Buffers& buf, bool causal);

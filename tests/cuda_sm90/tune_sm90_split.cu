@@ -4,7 +4,11 @@
 // in its own file (tune_sm90_split_*.cu) so that they compile side by side; the output is
 // compared with the library's on the same inputs. Prints GB/s of K and V read. The v_warps
 // variants load V by cp.async from the producer warpgroup's other warps, K staying on TMA.
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "fill.h"
 #include "tune_sm90.cuh"
@@ -17,6 +21,9 @@ void split_n64_s6(const Buffers& b);
 void split_n128_s2_vwarps(const Buffers& b);
 void split_n128_s3_vwarps(const Buffers& b);
 void split_n128_s3_vwarps_nopp(const Buffers& b);
+void split_paged(const Buffers& b);
+void split_paged_prefetch2(const Buffers& b);
+void split_paged_prefetch4(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
 int main() {
@@ -42,6 +49,35 @@ int main() {
     split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
-  for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse)}) cudaFree(ptr);
+  // Pages of 16 keys in a random order (fixed seed), the dense config's serving kernel (the
+  // library's for paged caches) with and without an L2 prefetch of the boxes of blocks ahead.
+  if (cudaMalloc(&buf.kp, kv * 2) || cudaMalloc(&buf.vp, kv * 2)) {
+    std::printf("cudaMalloc failed\n");
+    return 1;
+  }
+  int32_t* table = nullptr;
+  for (const auto& s : shapes) {
+    const int64_t pages = s.B * s.Lk / 16, page_bytes = 16 * 8 * 128 * 2;
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
+    if (table) cudaFree(table);
+    if (cudaMalloc(&table, pages * 4) ||
+        cudaMemcpy(table, perm.data(), pages * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+      std::printf("page table failed\n");
+      return 1;
+    }
+    scatter_pages(buf.k, buf.kp, table, pages, page_bytes);
+    scatter_pages(buf.v, buf.vp, table, pages, page_bytes);
+    buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
+    buf.page_size = 16, buf.table = table;
+    split_paged(buf);
+    split_paged_prefetch2(buf);
+    split_paged_prefetch4(buf);
+    buf.page_size = 0;
+  }
+  cudaFree(table);
+  for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse), buf.kp, buf.vp})
+    cudaFree(ptr);
   return 0;
 }

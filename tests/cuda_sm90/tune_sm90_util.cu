@@ -1,6 +1,7 @@
 // tune_sm90_util.cu: what the tuning executables share.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "fill.h"
@@ -18,6 +19,19 @@ double max_diff_bf16(const void* a, const void* b, int64_t n) {
     if (!(d <= worst)) worst = d;  // NaN sticks
   }
   return worst;
+}
+
+namespace {
+__global__ void scatter_kernel(const uint4* src, uint4* dst, const int32_t* table, int64_t units) {
+  const int64_t g = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < units; i += blockDim.x) dst[table[g] * units + i] = src[g * units + i];
+}
+}  // namespace
+
+void scatter_pages(const void* src, void* dst, const int32_t* table, int64_t pages, int64_t page_bytes) {
+  scatter_kernel<<<static_cast<unsigned>(pages), 256>>>(static_cast<const uint4*>(src),
+                                                        static_cast<uint4*>(dst), table, page_bytes / 16);
+  if (cudaDeviceSynchronize() != cudaSuccess) std::printf("scatter_pages failed\n");
 }
 
 }  // namespace tileattn::sm90_tune

@@ -78,6 +78,15 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       for (int c = 0; c < kChunks; ++c)
         tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
+    if constexpr (Cfg::kCfg.l2_prefetch > 0) {
+      constexpr int kAhead = Cfg::kCfg.l2_prefetch;
+      const int32_t ahead = key + kAhead * Cfg::kCfg.block_n + lane * box;
+      if (lane < boxes && j + kAhead < blocks && ahead < w.k_start + w.len_k) {
+        const int32_t page_ahead = pages[ahead / p.page_size];
+        for (int c = 0; c < kChunks; ++c)
+          tma_prefetch_l2_4d(tm, 64 * c, w.hk, ahead % p.page_size, page_ahead);
+      }
+    }
   };
   auto load_k = [&](int64_t j) {
     const Slot<Cfg> s(pipe.ring + j);
