@@ -37,9 +37,7 @@ struct Epilogue {
     const int shift = p.pack_shift;
     const int64_t rows_first = w.m0 + 64 * consumer;  // tile row of this consumer's row 0
     if (kServing && p.splits > 1) {
-      store_partial(o, total, w, rows_first, warp, g, q);
-      if constexpr (kCfg.merges_splits())
-        if (p.arrivals) merge_if_last(w, rows_first, tid);
+      store_partial(o, total, w, rows_first, warp, g, q);  // merged after the CTA's tiles (merge_if_last)
       if constexpr (kCfg.persistent && !kCfg.o_apart())
         if (tid == 0) mbarrier_arrive(sm.q_empty());  // Q's rows were not needed for staging
       return;
@@ -93,6 +91,20 @@ struct Epilogue {
     __syncwarp();  // warp 0 converged again before any later bar.sync or wgmma
   }
 
+  // Split-KV, merged in the kernel: the consumer that stores a group's 64 rows last (its arrival
+  // counter reaching the split count) merges them from every split's partial state, a row a
+  // warp at a time; a consumer past the rows takes no part, in every split alike. The counter
+  // goes back to 0 for the next launch. splits <= 32, and each CTA has one tile (launch.cuh), so
+  // the kernel calls this after its tile loop: inside it, the merge's loads and shuffles cost the
+  // mainloop its uniform registers (its wgmma descriptors moved to vector registers, an R2UR
+  // before every wgmma; SASS at 6beaaaa; varlen prefill, which runs this kernel, measured 0.93x
+  // of the dense kernel at 66327c8 against 0.99-1.05x before the merge moved into the kernel).
+  __device__ __forceinline__ void merge_if_last(const Work& w, int tid) const {
+    const int64_t rows_first = w.m0 + 64 * consumer;
+    if ((rows_first >> p.pack_shift) >= w.len_q) return;
+    merge_rows(w, rows_first, tid);
+  }
+
  private:
   // Packed varlen q: the staged rows of this sequence, 16 bytes a store; rows past its end (the
   // next sequence's) are left alone.
@@ -111,12 +123,8 @@ struct Epilogue {
     }
   }
 
-  // Split-KV, merged in the kernel: the consumer that stores a group's 64 rows last (its arrival
-  // counter reaching the split count) merges them from every split's partial state, a row a
-  // warp at a time; a consumer past the rows takes no part, in every split alike. The counter
-  // goes back to 0 for the next launch. splits <= 32 (launch.cuh).
-  __device__ __forceinline__ void merge_if_last(const Work& w, int64_t rows_first, int tid) const {
-    if ((rows_first >> p.pack_shift) >= w.len_q) return;
+  // merge_if_last's arrival, and the merge once this consumer arrived last.
+  __device__ __forceinline__ void merge_rows(const Work& w, int64_t rows_first, int tid) const {
     const int barrier = 1 + kCfg.consumers + consumer;
     __threadfence();  // this thread's partial rows, visible device-wide before the arrival
     named_sync(barrier, kWarpgroupThreads);

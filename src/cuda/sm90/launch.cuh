@@ -90,9 +90,10 @@ void launch(const AttnParams& p, int pack, int splits) {
     // CTAs' tile counter [0, 2), then split-KV's arrival counters. A stream being captured into a
     // graph gets ints of its own from the graph (allocation, memset and free nodes), since a graph
     // may be replayed on any stream, next to other launches.
-    // Up to 32 splits merge in the kernel (epilogue.cuh: a split's weight in a lane), more (or
-    // a config that does not merge) in the combine kernel.
-    const bool merges = Cfg::kCfg.merges_splits() && kp.splits > 1 && kp.splits <= 32;
+    // Up to 32 splits merge in the kernel (epilogue.cuh: a split's weight in a lane) when each
+    // CTA has one tile (the kernel merges after its tile loop); more, more tiles than CTAs, or a
+    // config that does not merge: the combine kernel.
+    const bool merges = Cfg::kCfg.merges_splits() && kp.splits > 1 && kp.splits <= 32 && kp.tiles <= ctas;
     const int64_t arrivals = merges ? kp.tiles / kp.splits * Cfg::kCfg.consumers : 0;
     const int64_t ints = 2 + arrivals;
     struct GraphScratch {
