@@ -16,6 +16,7 @@ cmake --build --preset release -j "$jobs"
 ctest --preset release
 if [[ -f build/release/src/CMakeFiles/tileattn.dir/cuda/sm90/bwd.cu.o ]]; then
   bash scripts/check_wgmma.sh build/release  # ptxas serializes no sm90 wgmma
+  bash scripts/check_sass.sh build/release  # wgmma descriptors in uniform registers
 fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   ctest --test-dir build/release -L cuda --output-on-failure  # the GPU tests, on a GPU

@@ -80,6 +80,10 @@ run_build() {
     -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
+  if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
+    step check-sass 120 python3 "$ROOT/scripts/check_sass.py" "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/forward.cu.o"
+    awk '/=== check-sass/,0' "$LOG" | grep "check_sass" | head -8 >>"$SUMMARY"
+  fi
 }
 run_gputest() {
   step ctest-gpu 540 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
