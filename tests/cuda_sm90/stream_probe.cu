@@ -262,7 +262,8 @@ double run_variant(Buffers& buf, const Variant& var, int64_t B, int64_t L, int* 
   const int box_rows = var.box_rows > 0 ? var.box_rows : var.rows;
   if (var.rows % box_rows != 0 || var.rows / box_rows > 32 || var.stages > kMaxStages || H % var.heads != 0 ||
       (var.mixed && (var.heads != 1 || var.wide || box_rows != var.rows || var.pollers > 0)) ||
-      (var.paged && (var.heads != 1 || var.wide || box_rows != 16 || var.mixed || var.flat)) ||
+      (var.paged &&
+       (var.heads != 1 || var.wide || box_rows != 16 || var.mixed || var.flat || L % var.rows != 0)) ||
       (var.prefetch > 0 && !var.paged)) {
     std::printf("%s: rows %d, box rows %d, stages %d, heads %d do not fit the probe\n", var.name, var.rows,
                 box_rows, var.stages, var.heads);

@@ -85,7 +85,9 @@ void probe(const sm90_tune::Buffers& buf, void* flush, size_t flush_bytes) {
   const detail::sm90::LaunchShape shape = detail::sm90::launch_shape<C>(p);
   const int pack = shape.pack, splits = shape.splits;
   const int64_t tiles = B * (32 / pack);
-  const int64_t ctas = std::min<int64_t>(tiles * splits, 132);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int64_t ctas = std::min<int64_t>(tiles * splits, sms);
   std::vector<std::vector<double>> by_sm(7, std::vector<double>(256, -1.0)), by_cta(7);
   std::vector<double> span, skew, first, done_min, done_med, done_max, stream, prod_med, prod_max;
   for (int rep = 0; rep < 7; ++rep) {

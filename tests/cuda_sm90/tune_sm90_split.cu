@@ -17,7 +17,6 @@ namespace tileattn::sm90_tune {
 void split_n128_s2(const Buffers& b);
 void split_n128_s3(const Buffers& b);
 void split_n64_s4(const Buffers& b);
-void split_n64_s6(const Buffers& b);
 void split_n128_s2_vwarps(const Buffers& b);
 void split_n128_s3_vwarps(const Buffers& b);
 void split_n128_s3_vwarps_nopp(const Buffers& b);
@@ -57,6 +56,7 @@ int main() {
   }
   int32_t* table = nullptr;
   for (const auto& s : shapes) {
+    if (s.Lk % 128 != 0) continue;  // whole blocks of whole pages: no lookup past a sequence's pages
     const int64_t pages = s.B * s.Lk / 16, page_bytes = 16 * 8 * 128 * 2;
     std::vector<int32_t> perm(static_cast<size_t>(pages));
     std::iota(perm.begin(), perm.end(), 0);

@@ -87,8 +87,11 @@ __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Shared memory written by ordinary stores and read next by wgmma or the copy engine (the
-// async proxy) needs this fence in each writing thread before the barrier.
+// Shared memory written by ordinary stores (or cp.async) and read next by wgmma or the copy
+// engine (the async proxy) needs this fence on the path from the writes to the reads: in each
+// writing thread before the barrier, or, where the writes complete on an mbarrier by themselves
+// (cp.async.mbarrier.arrive), in each reading thread after its wait (PTX memory model: a proxy
+// fence anywhere in the causality order between the two).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

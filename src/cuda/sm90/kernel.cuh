@@ -125,9 +125,11 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe, v_warps);
       pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
     });
-    // Split-KV merged in the kernel: each CTA had one tile, blockIdx.x (launch.cuh).
+    // Split-KV merged in the kernel: each CTA had one tile, blockIdx.x (launch.cuh sets arrivals
+    // only then; a launch that did not would merge wrong rows, so it traps).
     if constexpr (kServing && kCfg.merges_splits())
       if (p.arrivals) {
+        if (p.tiles > gridDim.x) __trap();
         const Work w = work_of<Cfg, Mask, kServing>(p, blockIdx.x);
         Epilogue<Cfg, T, kServing>{sm, p, &tm_o, consumer}.merge_if_last(w, threadIdx.x % kWarpgroupThreads);
       }

@@ -1,5 +1,6 @@
 // mainloop.cuh: the sm90 forward's loads and GEMMs. The producer warp issues TMA loads of Q and
-// of K and V block by block into two-stage rings on mbarriers; each consumer warpgroup computes
+// of K and V block by block into rings of stages on mbarriers (V from the other producer warps by
+// cp.async in the decode config); each consumer warpgroup computes
 // S = Q K^T (both from shared memory) and O += P V (P from registers) with wgmma, the softmax of
 // block j running while P V of block j - 1 is on the tensor cores, and takes turns with the
 // other consumers to issue its GEMMs (docs/kernels/sm90.md).
