@@ -64,6 +64,11 @@ std::vector<KvSpec> gpu_specs() {
   stream.hq = 8, stream.hkv = 2, stream.d = 128, stream.rotary = true, stream.options.causal = true;
   stream.batch_idx = true, stream.options.num_splits = 1;
   out.push_back(stream);
+  for (int64_t page : {16, 64}) {  // the same paged: K by a TMA box a page, V gathered by those warps
+    KvSpec paged = stream;
+    paged.batch_idx = false, paged.page_size = page;
+    out.push_back(paged);
+  }
   KvSpec wide;  // head dim 256, a long cache, decoding with the split heuristic
   wide.dtype = DType::kBFloat16, wide.d = 256, wide.hq = 4, wide.hkv = 4, wide.capacity = 2100;
   wide.page_size = 16, wide.seqlens = {2047, 1, 1000}, wide.len_q = 2, wide.len_new = 2;

@@ -80,12 +80,13 @@ int main() {
 
   // A KV-cache decode step: the append kernel (rotary, a packed q, packed new keys) and, split,
   // the sm80 kernel through a page table of odd pages (with left padding), then pages of 16 (the
-  // sm90 kernel's boxes on Hopper), then the odd pages forced onto sm90 (its cp.async gathers);
-  // against the CPU forward_kvcache.
+  // sm90 kernel's boxes on Hopper), then the odd pages forced onto sm90 (its cp.async gathers),
+  // then a long decode over pages of 16 (the decode config: K by boxes, V by the producer's
+  // other warps, a ragged end); against the CPU forward_kvcache.
   const struct {
     int64_t page;
-    bool sm90;
-  } kv_runs[] = {{7, false}, {16, false}, {7, true}};
+    bool sm90, decode;
+  } kv_runs[] = {{7, false, false}, {16, false, false}, {7, true, false}, {16, false, true}};
   for (const auto& run : kv_runs) {
     if (run.sm90 && !sm90_available()) continue;
     const int64_t page = run.page;
@@ -94,6 +95,10 @@ int main() {
     s.lens_q = {1, 2, 1}, s.lens_new = {1, 2, 0};
     if (page == 7) s.leftpad = {2, 0, 9};
     s.rotary = true, s.interleaved = false, s.options.causal = true, s.options.num_splits = 3;
+    if (run.decode) {
+      s.d = 128, s.capacity = 4300, s.seqlens = {4200, 1, 40}, s.lens_q = {}, s.lens_new = {};
+      s.len_q = 1, s.len_new = 1, s.options.num_splits = 1;
+    }
     if (run.sm90) s.options.kernel = Kernel::kCudaSm90;
     test::KvCase gpu(s), cpu(s);
     Result r = gpu.fresh_outputs(), want = cpu.fresh_outputs();

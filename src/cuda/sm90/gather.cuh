@@ -4,7 +4,8 @@
 // padding. The producer warp issues a block as one cp.async group; the block's "full" barrier
 // is arrived once the group landed and was fenced for the async proxy (wgmma reads it), which
 // the warp does one load later (Gather::issue) or at the end of the tile (Gather::flush).
-// VWarps: a contiguous cache's V blocks by cp.async from the producer warpgroup's other warps.
+// VWarps: a cache's V blocks (contiguous, or paged in pages TMA boxes fit) by cp.async from the
+// producer warpgroup's other warps.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +66,7 @@ struct Gather {
   __device__ void flush(int lane) { complete<0>(lane); }
 };
 
-// A serving kernel's V blocks from a contiguous cache, loaded by cp.async from warps 1-3 of the
+// A serving kernel's V blocks from a contiguous or paged cache, loaded by cp.async from warps 1-3 of the
 // producer warpgroup while warp 0 issues Q and K by TMA: a second engine beside the SM's TMA
 // unit (tests/cuda_sm90/stream_probe: TMA alone streams a decode's K and V at ~4.1 TB/s, K by
 // TMA and V this way at ~4.35). Each thread copies 16-byte units into TMA's swizzled layout and
@@ -78,18 +79,25 @@ struct VWarps {
   __device__ static void arrive_on(uint64_t* full) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
   }
-  // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
-  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
+  // Rows [key, key + kBlockN) of base (head applied; sl: the row stride in elements) into dst,
+  // rows at or past `end` zeroed; t in [0, kThreads). Contiguous (pages null): base has the
+  // batch applied and key r is row r. Paged: key r is row r % page_size of page
+  // pages[r / page_size], pages sp elements apart.
   template <int kHeadDim, int kBlockN>
   __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
-                               uint64_t* full, int t) {
-    constexpr int kUnits = kHeadDim / 8;
+                               uint64_t* full, int t, const int32_t* pages, int page_size, int64_t sp) {
+    constexpr int kUnits = kHeadDim / 8, kRowStep = kThreads / kUnits;  // a thread's unit, every kRowStep rows
+    static_assert(kThreads % kUnits == 0, "each thread copies one unit column");
+    const int u = t % kUnits;
+    uint8_t* const col = dst + (u / 8) * kBlockN * 128;
+    base += 16 * u;
 #pragma unroll 4
-    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
-      const int r = idx / kUnits, u = idx % kUnits;
-      const bool ok = key + r < end;
-      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
+    for (int r = t / kUnits; r < kBlockN; r += kRowStep) {
+      const int32_t pos = key + r;
+      const bool ok = pos < end;
+      int64_t row = 0;
+      if (ok) row = pages ? pages[pos / page_size] * sp + (pos % page_size) * sl : pos * sl;
+      cp_async_16_zfill(col + r * 128 + (((u % 8) ^ (r % 8)) << 4), base + 2 * row, ok);
     }
     arrive_on(full);
   }

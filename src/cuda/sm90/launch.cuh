@@ -159,7 +159,7 @@ void launch_for(const AttnParams& p) {
   const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
-  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64 &&
+  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && p.seqlen_q * pack <= 64 &&
                        shape.tiles * splits <= cuda::device_info(p.device_index).sm_count &&
                        (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n >= 32 * int64_t{splits};
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {

@@ -79,15 +79,6 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       for (int c = 0; c < kChunks; ++c)
         tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
-    if constexpr (Cfg::kCfg.l2_prefetch > 0) {
-      constexpr int kAhead = Cfg::kCfg.l2_prefetch;
-      const int32_t ahead = key + kAhead * Cfg::kCfg.block_n + lane * box;
-      if (lane < boxes && j + kAhead < blocks && ahead < w.k_start + w.len_k) {
-        const int32_t page_ahead = pages[ahead / p.page_size];
-        for (int c = 0; c < kChunks; ++c)
-          tma_prefetch_l2_4d(tm, 64 * c, w.hk, ahead % p.page_size, page_ahead);
-      }
-    }
   };
   auto load_k = [&](int64_t j) {
     const Slot<Cfg> s(pipe.ring + j);
@@ -130,15 +121,16 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   }
 }
 
-// Serving kernels over a contiguous cache (v_by_warps below): warps 1-3 of the producer
-// warpgroup load the tile's V blocks by cp.async (gather.cuh, VWarps), each into its ring stage
-// once the consumers released it.
+// Serving kernels over a contiguous cache or a paged one without gathers (v_by_warps below):
+// warps 1-3 of the producer warpgroup load the tile's V blocks by cp.async (gather.cuh, VWarps),
+// each into its ring stage once the consumers released it.
 template <class Cfg>
 __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
                                             const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   const int t = threadIdx.x - 32;
-  const int64_t batch = p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
+  const int32_t* const pages = p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
+  const int64_t batch = pages ? 0 : p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
   const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (batch * p.v_sb + w.hk * p.v_sh);
   const int64_t blocks = w.blocks();
   for (int64_t j = 0; j < blocks; ++j) {
@@ -146,15 +138,15 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
     mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
     const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
     VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key, w.k_start + w.len_k,
-                                               sm.v_full(s.stage), t);
+                                               sm.v_full(s.stage), t, pages, p.page_size, p.v_sb);
   }
 }
 
-// Whether V comes from load_v_tile: the config asks for it, and the cache is contiguous (paged
-// blocks keep their TMA boxes or the gathers).
+// Whether V comes from load_v_tile: the config asks for it, and the cache is contiguous or paged
+// in TMA boxes (kGather's blocks stay the producer warp's).
 template <class Cfg, bool kServing, bool kGather>
-__device__ __forceinline__ bool v_by_warps(const KernelParams& p) {
-  return Cfg::kCfg.v_by_warps && kServing && !kGather && p.page_table == nullptr;
+__device__ __forceinline__ bool v_by_warps(const KernelParams&) {
+  return Cfg::kCfg.v_by_warps && kServing && !kGather;
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is

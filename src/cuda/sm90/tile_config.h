@@ -19,9 +19,6 @@ struct TileConfig {
   // Serving kernels over a contiguous cache load V by cp.async from the producer warpgroup's
   // three idle warps, K staying on TMA (mainloop.cuh, load_v_tile): two engines streaming.
   bool v_by_warps = false;
-  // A paged cache's TMA boxes: each block's load also prefetches, into L2 only, the boxes of the
-  // block this many ahead (0: none; a tuning option until measured, tests/cuda_sm90/tune_sm90_split).
-  int l2_prefetch = 0;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
