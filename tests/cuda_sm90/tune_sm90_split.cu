@@ -29,7 +29,9 @@ void split_paged_vwarps3(const Buffers& b);
 int main() {
   using namespace tileattn::sm90_tune;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const struct { int64_t B, Lk; } shapes[] = {{1, 131072}, {8, 16384}, {64, 4096}, {1, 32768}, {8, 131072}, {64, 32768}};
+  const struct {
+    int64_t B, Lk;
+  } shapes[] = {{1, 131072}, {8, 16384}, {64, 4096}, {1, 32768}, {8, 131072}, {64, 32768}};
   const int64_t kv = int64_t{64} * 32768 * 8 * 128, qo = int64_t{64} * 32 * 128;  // the largest shapes
   Buffers buf{};
   if (cudaMalloc(&buf.q, qo * 2) || cudaMalloc(&buf.k, kv * 2) || cudaMalloc(&buf.v, kv * 2) ||

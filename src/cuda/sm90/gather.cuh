@@ -86,7 +86,8 @@ struct VWarps {
   template <int kHeadDim, int kBlockN>
   __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
                                uint64_t* full, int t, const int32_t* pages, int page_size, int64_t sp) {
-    constexpr int kUnits = kHeadDim / 8, kRowStep = kThreads / kUnits;  // a thread's unit, every kRowStep rows
+    constexpr int kUnits = kHeadDim / 8,
+                  kRowStep = kThreads / kUnits;  // a thread's unit, every kRowStep rows
     static_assert(kThreads % kUnits == 0, "each thread copies one unit column");
     const int u = t % kUnits;
     uint8_t* const col = dst + (u / 8) * kBlockN * 128;
