@@ -79,26 +79,45 @@ struct VWarps {
   __device__ static void arrive_on(uint64_t* full) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
   }
-  // Rows [key, key + kBlockN) of base (head applied; sl: the row stride in elements) into dst,
-  // rows at or past `end` zeroed; t in [0, kThreads). Contiguous (pages null): base has the
-  // batch applied and key r is row r. Paged: key r is row r % page_size of page
-  // pages[r / page_size], pages sp elements apart.
+  // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
+  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
   template <int kHeadDim, int kBlockN>
   __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
-                               uint64_t* full, int t, const int32_t* pages, int page_size, int64_t sp) {
-    constexpr int kUnits = kHeadDim / 8,
-                  kRowStep = kThreads / kUnits;  // a thread's unit, every kRowStep rows
-    static_assert(kThreads % kUnits == 0, "each thread copies one unit column");
-    const int u = t % kUnits;
-    uint8_t* const col = dst + (u / 8) * kBlockN * 128;
-    base += 16 * u;
+                               uint64_t* full, int t) {
+    constexpr int kUnits = kHeadDim / 8;
 #pragma unroll 4
-    for (int r = t / kUnits; r < kBlockN; r += kRowStep) {
-      const int32_t pos = key + r;
-      const bool ok = pos < end;
-      int64_t row = 0;
-      if (ok) row = pages ? pages[pos / page_size] * sp + (pos % page_size) * sl : pos * sl;
-      cp_async_16_zfill(col + r * 128 + (((u % 8) ^ (r % 8)) << 4), base + 2 * row, ok);
+    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
+      const int r = idx / kUnits, u = idx % kUnits;
+      const bool ok = key + r < end;
+      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
+                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
+    }
+    arrive_on(full);
+  }
+  // A paged cache's rows [key, key + kBlockN): row r is row (key + r) % page_size of page
+  // pages[(key + r) / page_size], pages sp elements apart (base: the head applied). `page` is lane
+  // i's pages[key / page_size + i] (page_of), looked up before the stage's wait: each row's page
+  // comes by a shuffle, so no copy waits on a lookup. Pages of 8 rows or more (TMA boxes fit
+  // them): a block spans at most 17.
+  __device__ static int32_t page_of(const int32_t* pages, int page_size, int32_t key, int32_t end, int lane,
+                                    int block_n) {
+    const int32_t first = key / page_size, last = (min(key + block_n, end) - 1) / page_size;
+    return first + lane <= last ? pages[first + lane] : 0;
+  }
+  template <int kHeadDim, int kBlockN>
+  __device__ static void issue_paged(uint8_t* dst, const uint8_t* base, int64_t sl, int64_t sp, int page_size,
+                                     int32_t page, int32_t key, int32_t end, uint64_t* full, int t) {
+    constexpr int kUnits = kHeadDim / 8;
+    static_assert(kBlockN * kUnits % 32 == 0 && kThreads % 32 == 0, "whole warps run each pass (shuffles)");
+    const int32_t first = key / page_size;
+#pragma unroll 2
+    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
+      const int r = idx / kUnits, u = idx % kUnits;
+      const bool ok = key + r < end;
+      const int32_t pos = ok ? key + r : end - 1;
+      const int32_t pg = __shfl_sync(0xffffffffu, page, pos / page_size - first);
+      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
+                        base + 2 * (ok ? pg * sp + (pos % page_size) * sl + 8 * u : 0), ok);
     }
     arrive_on(full);
   }

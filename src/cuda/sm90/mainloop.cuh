@@ -133,12 +133,20 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
   const int64_t batch = pages ? 0 : p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
   const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (batch * p.v_sb + w.hk * p.v_sh);
   const int64_t blocks = w.blocks();
+  const int32_t end = w.k_start + w.len_k;
   for (int64_t j = 0; j < blocks; ++j) {
     const Slot<Cfg> s(pipe.ring + j);
-    mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
     const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
-    VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key, w.k_start + w.len_k,
-                                               sm.v_full(s.stage), t, pages, p.page_size, p.v_sb);
+    if (pages) {
+      const int32_t page = VWarps::page_of(pages, p.page_size, key, end, t % 32, kCfg.block_n);
+      mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
+      VWarps::issue_paged<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, p.v_sb, p.page_size, page,
+                                                       key, end, sm.v_full(s.stage), t);
+    } else {
+      mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
+      VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key, end, sm.v_full(s.stage),
+                                                 t);
+    }
   }
 }
 
