@@ -3,8 +3,7 @@
 // how many bytes a CTA has in flight. Each variant is the serving kernel alone (bf16, no mask),
 // in its own file (tune_sm90_split_*.cu) so that they compile side by side; the output is
 // compared with the library's on the same inputs. Prints GB/s of K and V read, each call timed
-// alone after an L2 flush (as the benchmark times). The v_warps variants load V by cp.async from
-// the producer warpgroup's other warps, K staying on TMA.
+// alone after an L2 flush (as the benchmark times).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -18,12 +17,7 @@ namespace tileattn::sm90_tune {
 void split_n128_s2(const Buffers& b);
 void split_n128_s3(const Buffers& b);
 void split_n64_s4(const Buffers& b);
-void split_n128_s2_vwarps(const Buffers& b);
-void split_n128_s3_vwarps(const Buffers& b);
-void split_n128_s3_vwarps_nopp(const Buffers& b);
 void split_paged(const Buffers& b);
-void split_paged_vwarps2(const Buffers& b);
-void split_paged_vwarps3(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
 int main() {
@@ -45,13 +39,10 @@ int main() {
   for (const auto& s : shapes) {
     buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
     split_n128_s2(buf);
-    split_n128_s2_vwarps(buf);
     split_n128_s3(buf);
-    split_n128_s3_vwarps(buf);
-    split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
-  // Pages of 16 keys in a random order (fixed seed): K and V by TMA boxes, or V by the V warps.
+  // Pages of 16 keys in a random order (fixed seed): K and V by TMA boxes.
   if (cudaMalloc(&buf.kp, kv * 2) || cudaMalloc(&buf.vp, kv * 2)) {
     std::printf("cudaMalloc failed\n");
     return 1;
@@ -74,8 +65,6 @@ int main() {
     buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
     buf.page_size = 16, buf.table = table;
     split_paged(buf);
-    split_paged_vwarps2(buf);
-    split_paged_vwarps3(buf);
     buf.page_size = 0;
   }
   cudaFree(table);

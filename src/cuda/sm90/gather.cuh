@@ -4,8 +4,6 @@
 // padding. The producer warp issues a block as one cp.async group; the block's "full" barrier
 // is arrived once the group landed and was fenced for the async proxy (wgmma reads it), which
 // the warp does one load later (Gather::issue) or at the end of the tile (Gather::flush).
-// VWarps: a cache's V blocks (contiguous, or paged in pages TMA boxes fit) by cp.async from the
-// producer warpgroup's other warps.
 #pragma once
 
 #include <cstdint>
@@ -64,64 +62,6 @@ struct Gather {
     pending = nullptr;
   }
   __device__ void flush(int lane) { complete<0>(lane); }
-};
-
-// A serving kernel's V blocks from a contiguous or paged cache, loaded by cp.async from warps 1-3 of the
-// producer warpgroup while warp 0 issues Q and K by TMA: a second engine beside the SM's TMA
-// unit (tests/cuda_sm90/stream_probe: TMA alone streams a decode's K and V at ~4.1 TB/s, K by
-// TMA and V this way at ~4.35). Each thread copies 16-byte units into TMA's swizzled layout and
-// arrives on the stage's "full" barrier once its copies land (cp.async.mbarrier.arrive.noinc:
-// the barrier counts kThreads arrivals); keys at or past the sequence's end are zero-filled,
-// so a ragged last block needs no zeroing pass. The consumers fence the async proxy after the
-// wait, before wgmma reads the stage.
-struct VWarps {
-  static constexpr int kThreads = 96;
-  __device__ static void arrive_on(uint64_t* full) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
-  }
-  // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
-  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
-  template <int kHeadDim, int kBlockN>
-  __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
-                               uint64_t* full, int t) {
-    constexpr int kUnits = kHeadDim / 8;
-#pragma unroll 4
-    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
-      const int r = idx / kUnits, u = idx % kUnits;
-      const bool ok = key + r < end;
-      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
-    }
-    arrive_on(full);
-  }
-  // A paged cache's rows [key, key + kBlockN): row r is row (key + r) % page_size of page
-  // pages[(key + r) / page_size], pages sp elements apart (base: the head applied). `page` is lane
-  // i's pages[key / page_size + i] (page_of), looked up before the stage's wait: each row's page
-  // comes by a shuffle, so no copy waits on a lookup. Pages of 8 rows or more (TMA boxes fit
-  // them): a block spans at most 17.
-  __device__ static int32_t page_of(const int32_t* pages, int page_size, int32_t key, int32_t end, int lane,
-                                    int block_n) {
-    const int32_t first = key / page_size, last = (min(key + block_n, end) - 1) / page_size;
-    return first + lane <= last ? pages[first + lane] : 0;
-  }
-  template <int kHeadDim, int kBlockN>
-  __device__ static void issue_paged(uint8_t* dst, const uint8_t* base, int64_t sl, int64_t sp, int page_size,
-                                     int32_t page, int32_t key, int32_t end, uint64_t* full, int t) {
-    constexpr int kUnits = kHeadDim / 8;
-    static_assert(kBlockN * kUnits % 32 == 0 && kThreads % 32 == 0, "whole warps run each pass (shuffles)");
-    const int32_t first = key / page_size;
-#pragma unroll 2
-    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
-      const int r = idx / kUnits, u = idx % kUnits;
-      const bool ok = key + r < end;
-      const int32_t pos = ok ? key + r : end - 1;
-      const int32_t pg = __shfl_sync(0xffffffffu, page, pos / page_size - first);
-      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + 2 * (ok ? pg * sp + (pos % page_size) * sl + 8 * u : 0), ok);
-    }
-    arrive_on(full);
-  }
-  __device__ static void drain() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 };
 
 }  // namespace tileattn::detail::sm90
