@@ -17,10 +17,10 @@ namespace {
 using detail::AttnParams;
 using detail::sm90::TileConfig;
 
-template <int D>
+template <int D, bool kServing = false>
 struct Experimental {
   static constexpr TileConfig kCfg = [] {
-    TileConfig c = detail::sm90::tile_config(D);
+    TileConfig c = kServing ? detail::sm90::serving_tile_config(D) : detail::sm90::tile_config(D);
     c.persistent = !c.persistent;
     return c;
   }();
@@ -34,7 +34,7 @@ void run_experimental(const TensorRef& q, const TensorRef& k, const TensorRef& v
   if (p.head_dim == 64)
     detail::sm90::launch_for<Experimental<64>>(p);
   else if (p.head_dim == 128)
-    detail::sm90::launch_for<Experimental<128>>(p);
+    detail::sm90::launch_for<Experimental<128>, Experimental<128, true>>(p);
   else
     detail::sm90::launch_for<Experimental<256>>(p);
 }

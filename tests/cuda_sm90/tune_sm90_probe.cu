@@ -42,8 +42,9 @@ __device__ void probe_mark(const S& sm, int point) {
 
 namespace {
 using namespace tileattn;
-// The library's D = 128 config (two stages, K and V by the producer warp's TMA).
-using C = detail::sm90::DefaultConfig<128>;
+// The library's decode config (three stages, V by the producer warpgroup's warps 1-3; the
+// producer's marks are warp 0's, K's loads).
+using C = detail::sm90::ServingConfig<128>;
 
 double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());

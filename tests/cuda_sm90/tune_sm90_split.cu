@@ -3,7 +3,8 @@
 // how many bytes a CTA has in flight. Each variant is the serving kernel alone (bf16, no mask),
 // in its own file (tune_sm90_split_*.cu) so that they compile side by side; the output is
 // compared with the library's on the same inputs. Prints GB/s of K and V read, each call timed
-// alone after an L2 flush (as the benchmark times).
+// alone after an L2 flush (as the benchmark times). The v_warps variants load V by cp.async from
+// the producer warpgroup's other warps, K staying on TMA.
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -17,6 +18,9 @@ namespace tileattn::sm90_tune {
 void split_n128_s2(const Buffers& b);
 void split_n128_s3(const Buffers& b);
 void split_n64_s4(const Buffers& b);
+void split_n128_s2_vwarps(const Buffers& b);
+void split_n128_s3_vwarps(const Buffers& b);
+void split_n128_s3_vwarps_nopp(const Buffers& b);
 void split_paged(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
@@ -39,7 +43,10 @@ int main() {
   for (const auto& s : shapes) {
     buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
     split_n128_s2(buf);
+    split_n128_s2_vwarps(buf);
     split_n128_s3(buf);
+    split_n128_s3_vwarps(buf);
+    split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
   // Pages of 16 keys in a random order (fixed seed): K and V by TMA boxes.

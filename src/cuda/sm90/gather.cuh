@@ -4,6 +4,7 @@
 // padding. The producer warp issues a block as one cp.async group; the block's "full" barrier
 // is arrived once the group landed and was fenced for the async proxy (wgmma reads it), which
 // the warp does one load later (Gather::issue) or at the end of the tile (Gather::flush).
+// VWarps: a contiguous cache's V blocks by cp.async from the producer warpgroup's other warps.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,37 @@ struct Gather {
     pending = nullptr;
   }
   __device__ void flush(int lane) { complete<0>(lane); }
+};
+
+// A serving kernel's V blocks from a contiguous cache, loaded by cp.async from warps 1-3 of the
+// producer warpgroup while warp 0 issues Q and K by TMA: a second engine beside the SM's TMA
+// unit (tests/cuda_sm90/stream_probe: TMA alone streams a decode's K and V at ~4.1 TB/s, K by
+// TMA and V this way at ~4.35). Each thread copies 16-byte units into TMA's swizzled layout and
+// arrives on the stage's "full" barrier once its copies land (cp.async.mbarrier.arrive.noinc:
+// the barrier counts kThreads arrivals); keys at or past the sequence's end are zero-filled,
+// so a ragged last block needs no zeroing pass. The consumers fence the async proxy after the
+// wait, before wgmma reads the stage.
+struct VWarps {
+  static constexpr int kThreads = 96;
+  __device__ static void arrive_on(uint64_t* full) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
+  }
+  // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
+  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
+  template <int kHeadDim, int kBlockN>
+  __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
+                               uint64_t* full, int t) {
+    constexpr int kUnits = kHeadDim / 8;
+#pragma unroll 4
+    for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
+      const int r = idx / kUnits, u = idx % kUnits;
+      const bool ok = key + r < end;
+      cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
+                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
+    }
+    arrive_on(full);
+  }
+  __device__ static void drain() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 };
 
 }  // namespace tileattn::detail::sm90

@@ -40,13 +40,15 @@ constexpr bool fits_launch(const TileConfig& c, int producer, int consumer) {
   return 128 * (producer + c.consumers * consumer) <= threads * (65536 / threads / 8 * 8);
 }
 
+// v_warps: V's "full" barriers count the V warps' threads (VWarps), and the tile ring's "empty"
+// their three warps beside the consumers'.
 template <class Cfg>
-__device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm) {
+__device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm, bool v_warps) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   mbarrier_init(sm.q_full(), 1);
   for (int s = 0; s < kCfg.stages; ++s) {
     mbarrier_init(sm.k_full(s), 1);
-    mbarrier_init(sm.v_full(s), 1);
+    mbarrier_init(sm.v_full(s), v_warps ? VWarps::kThreads : 1);
     mbarrier_init(sm.k_empty(s), 4 * kCfg.consumers);
     mbarrier_init(sm.v_empty(s), 4 * kCfg.consumers);
   }
@@ -56,7 +58,7 @@ __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm) {
     mbarrier_init(sm.q_empty(), kCfg.o_apart() ? 4 * kCfg.consumers : kCfg.consumers);
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.tile_full(s), 1);
-      mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers);
+      mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers + (v_warps ? VWarps::kThreads / 32 : 0));
     }
   }
   fence_barrier_init();
@@ -80,12 +82,15 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
   TILEATTN_SM90_PROBE(sm, 0);
-  if (threadIdx.x == 0) init_barriers(sm);
+  const bool v_warps = v_by_warps<Cfg, kServing, kGather>(p);
+  // Producer warpgroups with address math beyond the TMA thread's: the gathers, the V warps.
+  constexpr bool kWideProducer = kGather || (kServing && kCfg.v_by_warps);
+  if (threadIdx.x == 0) init_barriers(sm, v_warps);
   __syncthreads();
   const int wg = warpgroup_index();
   Pipe pipe;
   if (wg == 0) {
-    warpgroup_reg_dealloc<kGather ? kGatherProducerRegs : kCfg.producer_regs()>();
+    warpgroup_reg_dealloc<kWideProducer ? kGatherProducerRegs : kCfg.producer_regs()>();
     if (threadIdx.x < 32) {  // the producer warp
       if (threadIdx.x == 0) {
         tma_prefetch_descriptor(&tm_q);
@@ -95,13 +100,21 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
       Scheduler<Cfg>::produce(sm, p, tile_counter, [&](int64_t tile) {
         const Work w = work_of<Cfg, Mask, kServing>(p, tile);
         if (w.rows == 0) return;
-        produce_tile<Cfg, kServing, kGather>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe);
+        produce_tile<Cfg, kServing, kGather>(sm, p, &tm_q, &tm_k, &tm_v, w, pipe, v_warps);
         pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
       });
       TILEATTN_SM90_PROBE(sm, 3);
+    } else if (v_warps) {  // warps 1-3: V by cp.async, over the tiles the consumers see
+      Scheduler<Cfg>::consume(sm, [&](int64_t tile) {
+        const Work w = work_of<Cfg, Mask, kServing>(p, tile);
+        if (w.rows == 0) return;
+        load_v_tile<Cfg>(sm, p, w, pipe);
+        pipe.ring += w.blocks();
+      });
+      VWarps::drain();
     }
   } else {
-    warpgroup_reg_alloc<kGather ? gather_consumer_regs(kCfg) : kCfg.consumer_regs()>();
+    warpgroup_reg_alloc<kWideProducer ? gather_consumer_regs(kCfg) : kCfg.consumer_regs()>();
     const int consumer = wg - 1;
     const Turns<Cfg> turn{consumer};
     if constexpr (kCfg.persistent) turn.start();
@@ -109,7 +122,7 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     Scheduler<Cfg>::consume(sm, [&](int64_t tile) {
       const Work w = work_of<Cfg, Mask, kServing>(p, tile);
       if (w.rows == 0) return;
-      consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe);
+      consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe, v_warps);
       pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
     });
     // Split-KV merged in the kernel: each CTA had one tile, blockIdx.x (launch.cuh sets arrivals

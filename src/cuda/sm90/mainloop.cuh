@@ -33,11 +33,12 @@ namespace tileattn::detail::sm90 {
 // once the consumers released the last tile's. A paged cache's block is boxes of page_box rows,
 // lane i looking up and loading box i, or (kGather) rows gathered by cp.async (gather.cuh;
 // kServing only). A ragged sequence's last V block: once it landed, the whole warp zeroes its
-// rows past the keys and signals v_tail.
+// rows past the keys and signals v_tail. With v_warps, V is the other warps' (load_v_tile).
 template <class Cfg, bool kServing, bool kGather>
 __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelParams& p,
                                              const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                             const CUtensorMap* tm_v, const Work& w, const Pipe& pipe) {
+                                             const CUtensorMap* tm_v, const Work& w, const Pipe& pipe,
+                                             bool v_warps) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kChunks = kCfg.head_dim / 64;
   const int lane = threadIdx.x % 32;
@@ -100,11 +101,11 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   }
   for (int64_t j = 0; j <= blocks; ++j) {
     if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
-    if (j > 0) load_v(j - 1);
+    if (j > 0 && !v_warps) load_v(j - 1);
   }
   if constexpr (kGather) gathers.flush(lane);
   __syncwarp();
-  if (w.tail) {
+  if (w.tail && !v_warps) {
     const Slot<Cfg> s(pipe.ring + blocks - 1);
     mbarrier_wait(sm.v_full(s.stage), s.phase);
     const int valid = w.len_k - (w.n_end - 1) * kCfg.block_n;  // keys of the sequence in the block
@@ -118,6 +119,33 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
     __syncwarp();
     if (lane == 0) mbarrier_arrive(sm.v_tail());
   }
+}
+
+// Serving kernels over a contiguous cache (v_by_warps below): warps 1-3 of the producer
+// warpgroup load the tile's V blocks by cp.async (gather.cuh, VWarps), each into its ring stage
+// once the consumers released it.
+template <class Cfg>
+__device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
+                                            const Pipe& pipe) {
+  constexpr TileConfig kCfg = Cfg::kCfg;
+  const int t = threadIdx.x - 32;
+  const int64_t batch = p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
+  const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (batch * p.v_sb + w.hk * p.v_sh);
+  const int64_t blocks = w.blocks();
+  for (int64_t j = 0; j < blocks; ++j) {
+    const Slot<Cfg> s(pipe.ring + j);
+    mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
+    const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
+    VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key, w.k_start + w.len_k,
+                                               sm.v_full(s.stage), t);
+  }
+}
+
+// Whether V comes from load_v_tile: the config asks for it, and the cache is contiguous (paged
+// blocks keep their TMA boxes or the gathers).
+template <class Cfg, bool kServing, bool kGather>
+__device__ __forceinline__ bool v_by_warps(const KernelParams& p) {
+  return Cfg::kCfg.v_by_warps && kServing && !kGather && p.page_table == nullptr;
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is
@@ -191,7 +219,7 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 // mainloop's wgmma pipeline stays branch-free.
 template <class Cfg>
 __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn,
-                                          const Pipe& pipe, int lane) {
+                                          const Pipe& pipe, int lane, bool v_warps) {
   const int64_t blocks = w.blocks();
   if (blocks == 0) return;
   if constexpr (!Cfg::kCfg.persistent) turn.start();
@@ -202,7 +230,7 @@ __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, co
     }
     if (j > 0) {
       const Slot<Cfg> sv(pipe.ring + j - 1);
-      if (j == blocks && w.tail)
+      if (j == blocks && w.tail && !v_warps)
         mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
       else
         mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
@@ -216,10 +244,11 @@ __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, co
 
 // A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
+// V stages written by cp.async (v_warps) are fenced for the async proxy before wgmma reads them.
 template <class Cfg, class T, class Mask, bool kServing>
 __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p,
                                              const CUtensorMap* tm_o, const Work& w, int consumer,
-                                             const Pipe& pipe) {
+                                             const Pipe& pipe, bool v_warps) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -252,7 +281,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
   const int64_t blocks = w.blocks();
   if (64 * consumer >= w.rows) {
-    idle_tile<Cfg>(sm, w, turn, pipe, lane);
+    idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps);
   } else if (blocks > 0) {
     if constexpr (!kCfg.persistent) turn.start();
     {
@@ -271,6 +300,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+      if (v_warps) fence_proxy_async();
       turn.wait();
       gemm.scores(s, sk.stage);
       gemm.pv(o, pa, sv.stage);
@@ -292,10 +322,12 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
     }
     {
       const Slot<Cfg> sv(pipe.ring + blocks - 1);
-      if (w.tail)
+      if (w.tail && !v_warps) {
         mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
-      else
+      } else {
         mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+        if (v_warps) fence_proxy_async();
+      }
       turn.wait();
       gemm.pv(o, pa, sv.stage);
       turn.pass(true);

@@ -16,6 +16,9 @@ struct TileConfig {
   bool persistent = false;
   // GQA packing where it makes fewer tiles (pack_factor below); off only to time its effect.
   bool gqa_packing = true;
+  // Serving kernels over a contiguous cache load V by cp.async from the producer warpgroup's
+  // three idle warps, K staying on TMA (mainloop.cuh, load_v_tile): two engines streaming.
+  bool v_by_warps = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -108,10 +111,28 @@ constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n)
   return left_padded || page_box(page_size, block_n) == 0;
 }
 
+// The serving kernel's config when it decodes a contiguous cache (launch.cuh: a tile's packed
+// rows within one consumer): the dense one, but at D = 128, where the call streams K and V, V
+// comes from the producer warpgroup's warps and the rings have three stages (226 KiB of shared
+// memory; O then stages in Q's rows). tests/cuda_sm90/tune_sm90_split on an H200, GB/s of K and V, calls back
+// to back (2026-12-04): at 1 x 128k / 8 x 16k / 64 x 4k / 8 x 128k, TMA's V with 2 stages 3742
+// / 3767 / 4060 / 4043, the V warps with 2 stages 3849 / 3883 / 4058 / 4115, with 3 stages 3938
+// / 3994 / 4110 / 4167 (3 stages with TMA's V: 3659 / 3740 / 3943 / 4034); at 1 x 32k 2985-3101,
+// the four within 4%.
+constexpr TileConfig serving_tile_config(int head_dim) {
+  TileConfig c = tile_config(head_dim);
+  if (head_dim > 64 && head_dim <= 128) c.stages = 3, c.v_by_warps = true;
+  return c;
+}
+
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
 template <int kD>
 struct DefaultConfig {
   static constexpr TileConfig kCfg = tile_config(kD);
+};
+template <int kD>
+struct ServingConfig {
+  static constexpr TileConfig kCfg = serving_tile_config(kD);
 };
 
 }  // namespace tileattn::detail::sm90
