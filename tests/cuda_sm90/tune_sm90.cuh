@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "common/params.h"
@@ -105,14 +106,16 @@ void time_one(const Buffers& buf, bool causal) {
   if constexpr (kServingOnly) {
     // The decode variants as bench/gpu/bench.py times: each call alone, after a 256 MiB memset
     // evicted the last call's K and V from L2 (back to back, up to ~50 MB of them would hit
-    // there); the median of 100 calls after 10.
+    // there); the median of 100 calls after 10. TILEATTN_TUNE_NO_FLUSH=1 leaves the flush out
+    // (the same calls, back to back), to tell the flush's share of a difference.
+    static const bool no_flush = std::getenv("TILEATTN_TUNE_NO_FLUSH") != nullptr;
     static void* flush = nullptr;
     constexpr size_t kFlush = size_t{256} << 20;
     if (!flush && cudaMalloc(&flush, kFlush) != cudaSuccess) std::printf("flush buffer failed\n");
     std::vector<cudaEvent_t> ev(220);
     for (auto& e : ev) cudaEventCreate(&e);
     for (int i = 0; i < 110; ++i) {
-      cudaMemsetAsync(flush, 0, kFlush);
+      if (!no_flush) cudaMemsetAsync(flush, 0, kFlush);
       cudaEventRecord(ev[2 * i]);
       run();
       cudaEventRecord(ev[2 * i + 1]);
