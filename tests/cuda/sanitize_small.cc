@@ -64,7 +64,7 @@ int main() {
     split.options.kernel = Kernel::kCudaSm80;
     problems.push_back(split);
   }
-  // sm90's decode config (a long contiguous decode: V by the producer's warps, three stages):
+  // sm90's decode config (a long contiguous decode: V by the producer's warps):
   // 33 key blocks a CTA, a ragged end, seqused.
   Problem stream = decode;
   stream.batch = 2, stream.seqlen_q = 1, stream.seqlen_k = 4096 + 77, stream.heads_q = 4;

@@ -226,6 +226,15 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
   }
 }
 
+// A decode with more tiles than SMs (40 x 8 KV heads, the four query heads of each packed into one
+// tile; 33 key blocks a tile, a ragged end): persistent CTAs walk several tiles, the decode
+// config's V warps beside the producer warp.
+TEST(VarlenCuda, DecodeWithMoreTilesThanSms) {
+  SKIP_WITHOUT_GPU();
+  const Report r = run_case(split_decode(40, 1, 4096 + 77, 0, nullptr));
+  EXPECT_TRUE(r.ok()) << r.str();
+}
+
 // Split launches back to back on one stream: the sm90 kernel merges in the kernel through
 // per-stream arrival counters that each launch leaves at zero. Launches with other split counts
 // and more tiles (which grow the counters) go first, into another output; the checked call's

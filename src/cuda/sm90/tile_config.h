@@ -112,16 +112,16 @@ constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n)
 }
 
 // The serving kernel's config when it decodes a contiguous cache (launch.cuh: a tile's packed
-// rows within one consumer): the dense one, but at D = 128, where the call streams K and V, V
-// comes from the producer warpgroup's warps and the rings have three stages (226 KiB of shared
-// memory; O then stages in Q's rows). tests/cuda_sm90/tune_sm90_split on an H200, GB/s of K and V, calls back
-// to back (2026-12-04): at 1 x 128k / 8 x 16k / 64 x 4k / 8 x 128k, TMA's V with 2 stages 3742
-// / 3767 / 4060 / 4043, the V warps with 2 stages 3849 / 3883 / 4058 / 4115, with 3 stages 3938
-// / 3994 / 4110 / 4167 (3 stages with TMA's V: 3659 / 3740 / 3943 / 4034); at 1 x 32k 2985-3101,
-// the four within 4%.
+// rows within one consumer, 32 key blocks or more a split): the dense one, but at D = 128, where
+// the call streams K and V, V comes from the producer warpgroup's warps 1-3 by cp.async.
+// tests/cuda_sm90/tune_sm90_split on an H200, GB/s of K and V, each call after an L2 flush
+// (2026-12-04, commit 407accf): at 1 x 128k / 8 x 16k / 64 x 4k / 8 x 128k / 64 x 32k, TMA's V
+// 3582 / 3649 / 3976 / 4133 / 4166, the V warps with 2 stages 3756 / 3797 / 4135 / 4227 / 4204,
+// with 3 stages 3720 / 3745 / 4071 / 3749 / 3804; at 1 x 32k (16 blocks a split) TMA's V 2599,
+// the V warps 2504.
 constexpr TileConfig serving_tile_config(int head_dim) {
   TileConfig c = tile_config(head_dim);
-  if (head_dim > 64 && head_dim <= 128) c.stages = 3, c.v_by_warps = true;
+  if (head_dim > 64 && head_dim <= 128) c.v_by_warps = true;
   return c;
 }
 
