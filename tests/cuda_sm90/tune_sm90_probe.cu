@@ -42,7 +42,7 @@ __device__ void probe_mark(const S& sm, int point) {
 
 namespace {
 using namespace tileattn;
-// The library's decode config (three stages, V by the producer warpgroup's warps 1-3; the
+// The library's decode config (two stages, V by the producer warpgroup's warps 1-3; the
 // producer's marks are warp 0's, K's loads).
 using C = detail::sm90::ServingConfig<128>;
 
