@@ -70,6 +70,9 @@ int main() {
   stream.batch = 2, stream.seqlen_q = 1, stream.seqlen_k = 4096 + 77, stream.heads_q = 4;
   stream.used_k = {4096 + 77, 4001};
   problems.push_back(stream);
+  Problem plain = stream;  // the same without seqused: one split, no sequence tensors
+  plain.used_k.clear();
+  problems.push_back(plain);
 
   int failed = 0;
   for (const Problem& p : problems) {

@@ -227,14 +227,13 @@ TEST(VarlenCuda, SplitDecodeCapturedInAGraph) {
 }
 
 // A decode with more tiles than SMs (40 x 8 KV heads, the four query heads of each packed into one
-// tile; 33 key blocks a tile, ragged ends): the plain call (the dense kernel) and with seqused
-// (a serving launch: sm90's decode config, persistent CTAs walking several tiles, the V warps
-// beside the producer warp).
+// tile; 33 key blocks a tile, ragged ends), plain and with seqused: sm90's decode config,
+// persistent CTAs walking several tiles, the V warps beside the producer warp.
 TEST(VarlenCuda, DecodeWithMoreTilesThanSms) {
   SKIP_WITHOUT_GPU();
   Problem p = split_decode(40, 1, 4096 + 77, 0, nullptr);
   Report r = run_case(p);
-  EXPECT_TRUE(r.ok()) << "dense: " << r.str();
+  EXPECT_TRUE(r.ok()) << "plain: " << r.str();
   for (int64_t b = 0; b < p.batch; ++b) p.used_k.push_back(b % 3 == 0 ? 4096 + 77 : 4001 + b);
   r = run_case(p);
   EXPECT_TRUE(r.ok()) << "seqused: " << r.str();

@@ -146,8 +146,9 @@ LaunchShape launch_shape(const AttnParams& p) {
 
 // ServingCfg: the serving kernel's config for a long decode of a contiguous cache (tile_config.h):
 // a tile's packed rows fit one consumer, each split streams 32 key blocks or more; its tiles are
-// Cfg's. Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches keep Cfg
-// (measured on an H200, docs/kernels/sm90.md).
+// Cfg's. Plain decodes without splits take it too (the serving kernel then with one split and no
+// sequence tensors). Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches
+// keep Cfg (measured on an H200, docs/kernels/sm90.md).
 template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
@@ -164,7 +165,7 @@ void launch_for(const AttnParams& p) {
     using Mask = typename decltype(mask)::type;
     if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
-    else if (serving && decodes)
+    else if (decodes)
       launch<ServingCfg, T, Mask, true>(p, pack, splits);
     else if (serving)
       launch<Cfg, T, Mask, true>(p, pack, splits);
