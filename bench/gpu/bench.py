@@ -43,6 +43,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import backward as backward_bench
 import kvcache as kvcache_bench
+import read_ceiling
 import timer as timers
 import tileattn
 
@@ -70,8 +71,8 @@ class Impl:
     """How to call one implementation: make(q, k, v, causal) -> a call; context() is entered
     around all its calls (SDPA's backend choice, entered once so its cost is not timed)."""
 
-    def __init__(self, name, make, context=None, eager=False):
-        self.name, self.make, self.eager = name, make, eager
+    def __init__(self, name, make, context=None, eager=False, attention=True):
+        self.name, self.make, self.eager, self.attention = name, make, eager, attention
         self.context = context or (lambda: _Nothing())
 
 
@@ -109,9 +110,11 @@ IMPLS = {
         _sdpa("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION),
         _sdpa("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
         Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
+        # decode: a plain read of K and V (read_ceiling.py), the ceiling under the same timer
+        Impl("read_kv", lambda q, k, v, c: read_ceiling.read_kv(q, k, v, c), attention=False),
     ]
 }
-SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "read_kv": "read-KV", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
@@ -164,7 +167,7 @@ def run_rows(timer, shapes, impls, inputs, rate, label, eager_max_len):
                 continue
             r = measure(timer, impl, q, k, v, shape.get("causal", False))
             out = r.pop("out", None)
-            if out is not None:
+            if out is not None and impl.attention:
                 if first is None:
                     first = out.float()
                 r["max_diff_vs_first"] = (out.float() - first).abs().max().item()
@@ -205,6 +208,7 @@ def decode_suite(args, timer):
     impls = [i for i in args.impls if i in IMPLS and not IMPLS[i].eager]
     if "tileattn" in impls:
         impls.insert(impls.index("tileattn") + 1, "tileattn_nosplit")
+    impls.append("read_kv")  # not an attention: the ceiling of the row's bytes
     return run_rows(timer, shapes, impls, inputs, ("tbps", kv_bytes), "TB/s", 0)
 
 
@@ -420,7 +424,7 @@ def main():
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit")))
+    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit", "read_kv")))
     ap.add_argument("--eager-max-len", type=int, default=4096,
                     help="eager baselines only up to this L (past it S and P only grow)")
     ap.add_argument("--warmup", type=int, default=10)

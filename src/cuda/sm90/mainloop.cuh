@@ -48,10 +48,20 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       kServing && p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
   const int64_t blocks = w.blocks();
   Gather<kCfg.head_dim, kCfg.block_n> gathers;
+  auto key_of = [&](int64_t j) { return static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n); };
+  // A paged cache's block j: lane i's page is box i's (boxes past the keys read the last page the
+  // sequence uses: their K rows are masked and their V rows zeroed, w.tail). Looked up two blocks
+  // ahead of its K load, and V j reuses K j's, so the table's latency is off the loop's path (each
+  // lookup before the load it feeds cost one L2 round trip per K and per V load).
+  const int box = p.page_box, boxes = !kGather && pages ? kCfg.block_n / box : 0;
+  auto page_of = [&](int64_t j) -> int32_t {
+    if (lane >= boxes || j >= blocks) return 0;
+    return pages[min(key_of(j) + lane * box, w.k_start + w.len_k - 1) / p.page_size];
+  };
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
-                  int64_t j) {
-    const int32_t key = static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n);
+                  int64_t j, int32_t page) {
+    const int32_t key = key_of(j);
     if constexpr (kGather) {
       if (lane == 0) mbarrier_wait(empty, phase ^ 1);
       __syncwarp();
@@ -61,11 +71,6 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
                     w.k_start + w.len_k, full, lane);
       return;
     }
-    int32_t page = 0;
-    const int box = p.page_box, boxes = pages ? kCfg.block_n / box : 0;
-    // Boxes past the keys read the last page the sequence uses: their K rows are masked and their
-    // V rows zeroed (w.tail).
-    if (lane < boxes) page = pages[min(key + lane * box, w.k_start + w.len_k - 1) / p.page_size];
     if (lane == 0) {
       mbarrier_wait(empty, phase ^ 1);
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
@@ -80,16 +85,18 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
         tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
   };
-  auto load_k = [&](int64_t j) {
+  auto load_k = [&](int64_t j, int32_t page) {
     const Slot<Cfg> s(pipe.ring + j);
-    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j);
+    load(tm_k, sm.k_full(s.stage), sm.k_empty(s.stage), sm.k(s.stage), s.phase, j, page);
   };
-  auto load_v = [&](int64_t j) {
+  auto load_v = [&](int64_t j, int32_t page) {
     const Slot<Cfg> s(pipe.ring + j);
-    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j);
+    load(tm_v, sm.v_full(s.stage), sm.v_empty(s.stage), sm.v(s.stage), s.phase, j, page);
   };
+  // The pages of blocks j - 1 (V's), j (K's) and j + 1 at step j of the loop below.
+  int32_t page_v = 0, page_k = page_of(0), page_next = page_of(1);
   if constexpr (kCfg.persistent) {
-    if (blocks > 0) load_k(0);
+    if (blocks > 0) load_k(0, page_k);
     if (lane == 0) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
   }
   if (lane == 0) {
@@ -100,8 +107,9 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
                   w.q_start + (w.m0 >> p.pack_shift), q_batch);
   }
   for (int64_t j = 0; j <= blocks; ++j) {
-    if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j);
-    if (j > 0 && !v_warps) load_v(j - 1);
+    if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j, page_k);
+    if (j > 0 && !v_warps) load_v(j - 1, page_v);
+    page_v = page_k, page_k = page_next, page_next = page_of(j + 2);
   }
   if constexpr (kGather) gathers.flush(lane);
   __syncwarp();
