@@ -22,6 +22,7 @@ void split_n128_s2_vwarps(const Buffers& b);
 void split_n128_s3_vwarps(const Buffers& b);
 void split_n128_s3_vwarps_nopp(const Buffers& b);
 void split_paged(const Buffers& b);
+void split_paged_vwarps(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
 int main() {
@@ -49,31 +50,34 @@ int main() {
     split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
-  // Pages of 16 keys in a random order (fixed seed): K and V by TMA boxes.
+  // Pages of 16 and of 64 keys in a random order (fixed seed): K and V by TMA boxes, then V by
+  // the V warps.
   if (cudaMalloc(&buf.kp, kv * 2) || cudaMalloc(&buf.vp, kv * 2)) {
     std::printf("cudaMalloc failed\n");
     return 1;
   }
   int32_t* table = nullptr;
-  for (const auto& s : shapes) {
-    if (s.Lk % 128 != 0) continue;  // whole blocks of whole pages: no lookup past a sequence's pages
-    const int64_t pages = s.B * s.Lk / 16, page_bytes = 16 * 8 * 128 * 2;
-    std::vector<int32_t> perm(static_cast<size_t>(pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
-    if (table) cudaFree(table);
-    if (cudaMalloc(&table, pages * 4) ||
-        cudaMemcpy(table, perm.data(), pages * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
-      std::printf("page table failed\n");
-      return 1;
+  for (const int64_t page : {16, 64})
+    for (const auto& s : shapes) {
+      if (s.Lk % 128 != 0) continue;  // whole blocks of whole pages: no lookup past a sequence's pages
+      const int64_t pages = s.B * s.Lk / page, page_bytes = page * 8 * 128 * 2;
+      std::vector<int32_t> perm(static_cast<size_t>(pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
+      if (table) cudaFree(table);
+      if (cudaMalloc(&table, pages * 4) ||
+          cudaMemcpy(table, perm.data(), pages * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+        std::printf("page table failed\n");
+        return 1;
+      }
+      scatter_pages(buf.k, buf.kp, table, pages, page_bytes);
+      scatter_pages(buf.v, buf.vp, table, pages, page_bytes);
+      buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
+      buf.page_size = static_cast<int>(page), buf.table = table;
+      split_paged(buf);
+      split_paged_vwarps(buf);
+      buf.page_size = 0;
     }
-    scatter_pages(buf.k, buf.kp, table, pages, page_bytes);
-    scatter_pages(buf.v, buf.vp, table, pages, page_bytes);
-    buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
-    buf.page_size = 16, buf.table = table;
-    split_paged(buf);
-    buf.page_size = 0;
-  }
   cudaFree(table);
   for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse), buf.kp, buf.vp})
     cudaFree(ptr);
