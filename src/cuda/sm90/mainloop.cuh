@@ -162,8 +162,8 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
     for (int64_t j = 0; j < blocks; ++j) {
       const Slot<Cfg> s(pipe.ring + j);
       mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
-      VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key_of(j), end, sm.v_full(s.stage),
-                                                 t);
+      VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key_of(j), end,
+                                                 sm.v_full(s.stage), t);
     }
   }
 }
