@@ -64,7 +64,7 @@ std::vector<KvSpec> gpu_specs() {
   stream.hq = 8, stream.hkv = 2, stream.d = 128, stream.rotary = true, stream.options.causal = true;
   stream.batch_idx = true, stream.options.num_splits = 1;
   out.push_back(stream);
-  for (int64_t page : {16, 64}) {  // the same paged: K by a TMA box a page, V gathered by those warps
+  for (int64_t page : {16, 64}) {  // the same paged: K and V by TMA boxes, a box a page
     KvSpec paged = stream;
     paged.batch_idx = false, paged.page_size = page;
     out.push_back(paged);

@@ -84,8 +84,8 @@ int main() {
   // A KV-cache decode step: the append kernel (rotary, a packed q, packed new keys) and, split,
   // the sm80 kernel through a page table of odd pages (with left padding), then pages of 16 (the
   // sm90 kernel's boxes on Hopper), then the odd pages forced onto sm90 (its cp.async gathers),
-  // then a long decode over pages of 16 (the decode config: K by boxes, V by the producer's
-  // other warps, a ragged end); against the CPU forward_kvcache.
+  // then a long decode over pages of 16 (35 key blocks a CTA, a box a page, a ragged end);
+  // against the CPU forward_kvcache.
   const struct {
     int64_t page;
     bool sm90, decode;

@@ -16,7 +16,7 @@ void forward(const AttnParams& p) {
   if (p.head_dim == 64)
     launch_for<DefaultConfig<64>>(p);
   else if (p.head_dim == 128)
-    launch_for<DefaultConfig<128>, ServingConfig<128>, PagedServingConfig<128>>(p);
+    launch_for<DefaultConfig<128>, ServingConfig<128>>(p);
   else if (p.head_dim == 256)
     launch_for<DefaultConfig<256>>(p);
   else

@@ -128,7 +128,10 @@ constexpr TileConfig serving_tile_config(int head_dim) {
   return c;
 }
 
-// The decode config over a paged cache whose pages TMA boxes fit: K by boxes, V by the V warps.
+// The decode config over a paged cache whose pages TMA boxes fit: K by boxes, V by the V warps
+// (a lane a page of the block, looked up two blocks ahead). Timed by tests/cuda_sm90/
+// tune_sm90_split beside TMA's V; not selected (forward.cu) until an H200 has measured it ahead:
+// the V warps' earlier paged loop (a lookup a block, not ahead) ran at half of TMA's rate.
 constexpr TileConfig paged_serving_tile_config(int head_dim) {
   TileConfig c = serving_tile_config(head_dim);
   c.v_pages = c.v_by_warps;
