@@ -11,6 +11,7 @@
 
 #include "cuda/common/kernel_params.h"
 #include "cuda/sm90/barrier.cuh"
+#include "cuda/sm90/tma.cuh"
 
 namespace tileattn::detail::sm90 {
 
@@ -21,6 +22,12 @@ __device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bo
 }
 __device__ __forceinline__ void cp_async_commit_group() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// The same with an L2 cache hint (policy: l2_policy in tma.cuh).
+__device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bool valid, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(valid ? 16 : 0), "l"(policy)
+               : "memory");
 }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_group() {
@@ -79,17 +86,17 @@ struct VWarps {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
   }
   // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
-  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
+  // into dst, rows at or past `end` zeroed; t in [0, kThreads); policy: the L2 hint (l2_policy).
   template <int kHeadDim, int kBlockN>
   __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
-                               uint64_t* full, int t) {
+                               uint64_t* full, int t, uint64_t policy) {
     constexpr int kUnits = kHeadDim / 8;
 #pragma unroll 4
     for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
       const int r = idx / kUnits, u = idx % kUnits;
       const bool ok = key + r < end;
       cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
+                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok, policy);
     }
     arrive_on(full);
   }
@@ -99,7 +106,8 @@ struct VWarps {
   // thread copies one 16-byte unit u of every kRowStep-th row.
   template <int kHeadDim, int kBlockN>
   __device__ static void issue_paged(uint8_t* dst, const uint8_t* base, int64_t sb, int64_t sl, int page_size,
-                                     int32_t key, int32_t end, int32_t page, uint64_t* full, int t) {
+                                     int32_t key, int32_t end, int32_t page, uint64_t* full, int t,
+                                     uint64_t policy) {
     constexpr int kUnits = kHeadDim / 8, kRowStep = kThreads / kUnits;
     static_assert(kThreads % kUnits == 0, "a thread's unit would change from row to row");
     // Every lane of a warp takes the same number of steps (the shuffle below needs all 32).
@@ -114,7 +122,7 @@ struct VWarps {
       const int32_t in_block = pos / page_size;
       const int64_t at = __shfl_sync(0xffffffffu, page, in_block - first);
       cp_async_16_zfill(dst + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + (ok ? 2 * (at * sb + (pos - in_block * page_size) * sl) : 0), ok);
+                        base + (ok ? 2 * (at * sb + (pos - in_block * page_size) * sl) : 0), ok, policy);
     }
     arrive_on(full);
   }
