@@ -22,7 +22,6 @@ void split_n128_s2_vwarps(const Buffers& b);
 void split_n128_s3_vwarps(const Buffers& b);
 void split_n128_s3_vwarps_nopp(const Buffers& b);
 void split_paged(const Buffers& b);
-void split_paged_vwarps(const Buffers& b);
 }  // namespace tileattn::sm90_tune
 
 int main() {
@@ -75,7 +74,6 @@ int main() {
       buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
       buf.page_size = static_cast<int>(page), buf.table = table;
       split_paged(buf);
-      split_paged_vwarps(buf);
       buf.page_size = 0;
     }
   cudaFree(table);

@@ -100,32 +100,6 @@ struct VWarps {
     }
     arrive_on(full);
   }
-  // The same from a paged cache (base: the V tensor with the head applied; sb: the page stride,
-  // sl: the row stride, in elements). `page` in lane l of each warp: the page holding the block's
-  // l-th page of keys, pages[key / page_size + l] (at most 17: page sizes of 8 or more). Each
-  // thread copies one 16-byte unit u of every kRowStep-th row.
-  template <int kHeadDim, int kBlockN>
-  __device__ static void issue_paged(uint8_t* dst, const uint8_t* base, int64_t sb, int64_t sl, int page_size,
-                                     int32_t key, int32_t end, int32_t page, uint64_t* full, int t,
-                                     uint64_t policy) {
-    constexpr int kUnits = kHeadDim / 8, kRowStep = kThreads / kUnits;
-    static_assert(kThreads % kUnits == 0, "a thread's unit would change from row to row");
-    // Every lane of a warp takes the same number of steps (the shuffle below needs all 32).
-    static_assert(kBlockN * kUnits % kThreads % 32 == 0, "a warp's lanes would leave the loop apart");
-    const int u = t % kUnits;
-    const int32_t first = key / page_size;
-    base += 16 * u, dst += (u / 8) * kBlockN * 128;
-#pragma unroll 2
-    for (int r = t / kUnits; r < kBlockN; r += kRowStep) {
-      const int32_t pos = key + r;
-      const bool ok = pos < end;
-      const int32_t in_block = pos / page_size;
-      const int64_t at = __shfl_sync(0xffffffffu, page, in_block - first);
-      cp_async_16_zfill(dst + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + (ok ? 2 * (at * sb + (pos - in_block * page_size) * sl) : 0), ok, policy);
-    }
-    arrive_on(full);
-  }
   __device__ static void drain() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 };
 

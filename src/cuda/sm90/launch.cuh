@@ -147,27 +147,24 @@ LaunchShape launch_shape(const AttnParams& p) {
 // ServingCfg: the serving kernel's config for a long decode (tile_config.h): a tile's packed
 // rows fit one consumer, each split streams 32 key blocks or more; its tiles are Cfg's. Plain
 // decodes without splits take it too (the serving kernel then with one split and no sequence
-// tensors); PagedCfg is its form for a paged cache whose pages TMA boxes fit. Varlen prefill and
-// short splits (1 x 32k: 16 blocks a split) keep Cfg (measured on an H200, docs/kernels/sm90.md).
-template <class Cfg, class ServingCfg = Cfg, class PagedCfg = Cfg>
+// tensors). Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches keep Cfg
+// (measured on an H200, docs/kernels/sm90.md).
+template <class Cfg, class ServingCfg = Cfg>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
-  static_assert(ServingCfg::kCfg.block_m() == kCfg.block_m() && ServingCfg::kCfg.block_n == kCfg.block_n &&
-                    PagedCfg::kCfg.block_m() == kCfg.block_m() && PagedCfg::kCfg.block_n == kCfg.block_n,
-                "the serving configs must tile as the dense one (one pack and split count)");
+  static_assert(ServingCfg::kCfg.block_m() == kCfg.block_m() && ServingCfg::kCfg.block_n == kCfg.block_n,
+                "the serving config must tile as the dense one (one pack and split count)");
   const LaunchShape shape = launch_shape<Cfg>(p);
   const int pack = shape.pack, splits = shape.splits;
   const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
                        p.page_table || p.kv_batch_idx;
-  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && p.seqlen_q * pack <= 64 &&
+  const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64 &&
                        (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n >= 32 * int64_t{splits};
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
     if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
-    else if (decodes && p.page_table)
-      launch<PagedCfg, T, Mask, true>(p, pack, splits);
     else if (decodes)
       launch<ServingCfg, T, Mask, true>(p, pack, splits);
     else if (serving)

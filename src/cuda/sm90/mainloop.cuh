@@ -137,50 +137,30 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
 }
 
 // Serving kernels' V warps (v_by_warps below): warps 1-3 of the producer warpgroup load the
-// tile's V blocks by cp.async (gather.cuh, VWarps), each into its ring stage once the consumers
-// released it. A paged cache (configs with v_pages): lane l of each warp holds the page of the
-// block's l-th page of keys, looked up two blocks ahead so the table's latency is off the loop.
+// tile's V blocks from a contiguous cache by cp.async (gather.cuh, VWarps), each into its ring
+// stage once the consumers released it.
 template <class Cfg>
 __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelParams& p, const Work& w,
                                             const Pipe& pipe) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   const int t = threadIdx.x - 32;
-  const int64_t blocks = w.blocks();
   const int32_t end = w.k_start + w.len_k;
-  auto key_of = [&](int64_t j) { return static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n); };
-  if constexpr (kCfg.v_pages) {
-    const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (w.hk * p.v_sh);
-    const int32_t* const pages = p.page_table + int64_t{w.b} * p.page_table_stride;
-    const int32_t last = (end - 1) / p.page_size;  // the sequence's last page: no entry past it is read
-    auto page_of = [&](int64_t j) -> int32_t {
-      return j < blocks ? pages[min(key_of(j) / p.page_size + t % 32, last)] : 0;
-    };
-    int32_t page = page_of(0), next = page_of(1);
-    for (int64_t j = 0; j < blocks; ++j) {
-      const Slot<Cfg> s(pipe.ring + j);
-      mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
-      VWarps::issue_paged<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sb, p.v_sl, p.page_size,
-                                                       key_of(j), end, page, sm.v_full(s.stage), t,
-                                                       l2_policy(p.stream_kv));
-      page = next, next = page_of(j + 2);
-    }
-  } else {
-    const int64_t batch = p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
-    const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (batch * p.v_sb + w.hk * p.v_sh);
-    for (int64_t j = 0; j < blocks; ++j) {
-      const Slot<Cfg> s(pipe.ring + j);
-      mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
-      VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, key_of(j), end,
-                                                 sm.v_full(s.stage), t, l2_policy(p.stream_kv));
-    }
+  const int64_t batch = p.seqs.cu_k ? 0 : p.kv_batch_idx ? p.kv_batch_idx[w.b] : w.b;
+  const uint8_t* const base = static_cast<const uint8_t*>(p.v) + 2 * (batch * p.v_sb + w.hk * p.v_sh);
+  for (int64_t j = 0; j < w.blocks(); ++j) {
+    const Slot<Cfg> s(pipe.ring + j);
+    mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
+    VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl,
+                                               static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n),
+                                               end, sm.v_full(s.stage), t, l2_policy(p.stream_kv));
   }
 }
 
-// Whether V comes from load_v_tile: the config asks for it, on its kind of cache (contiguous, or
-// paged with v_pages; the gathered caches load V with K).
+// Whether V comes from load_v_tile: the config asks for it, on a contiguous cache (paged ones
+// load V by TMA boxes a page, or gathered with K).
 template <class Cfg, bool kServing, bool kGather>
 __device__ __forceinline__ bool v_by_warps(const KernelParams& p) {
-  return Cfg::kCfg.v_by_warps && kServing && !kGather && (p.page_table != nullptr) == Cfg::kCfg.v_pages;
+  return Cfg::kCfg.v_by_warps && kServing && !kGather && p.page_table == nullptr;
 }
 
 // Turns between the consumers for issuing GEMMs (named barrier 1 + c is consumer c's turn; 0 is

@@ -19,9 +19,6 @@ struct TileConfig {
   // Serving kernels over a contiguous cache load V by cp.async from the producer warpgroup's
   // three idle warps, K staying on TMA (mainloop.cuh, load_v_tile): two engines streaming.
   bool v_by_warps = false;
-  // ... from a paged cache, each V warp looking its block's pages up (a config of its own, so the
-  // contiguous cache's loop carries no branch between the two: one cost it 2-6% on an H200).
-  bool v_pages = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -128,16 +125,6 @@ constexpr TileConfig serving_tile_config(int head_dim) {
   return c;
 }
 
-// The decode config over a paged cache whose pages TMA boxes fit: K by boxes, V by the V warps
-// (a lane a page of the block, looked up two blocks ahead). Timed by tests/cuda_sm90/
-// tune_sm90_split beside TMA's V; not selected (forward.cu) until an H200 has measured it ahead:
-// the V warps' earlier paged loop (a lookup a block, not ahead) ran at half of TMA's rate.
-constexpr TileConfig paged_serving_tile_config(int head_dim) {
-  TileConfig c = serving_tile_config(head_dim);
-  c.v_pages = c.v_by_warps;
-  return c;
-}
-
 // The kernel is templated on a type carrying its config, so tuning builds can add others.
 template <int kD>
 struct DefaultConfig {
@@ -146,10 +133,6 @@ struct DefaultConfig {
 template <int kD>
 struct ServingConfig {
   static constexpr TileConfig kCfg = serving_tile_config(kD);
-};
-template <int kD>
-struct PagedServingConfig {
-  static constexpr TileConfig kCfg = paged_serving_tile_config(kD);
 };
 
 }  // namespace tileattn::detail::sm90
