@@ -60,7 +60,8 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   };
   // A K or V box; a decode's K and V are read once (p.stream_kv): evict-first in L2, so they
   // take each other's lines rather than write back other data's dirty ones.
-  auto load_box = [&](uint8_t* dst, const CUtensorMap* tm, uint64_t* full, int32_t c0, int32_t row, int32_t entry) {
+  auto load_box = [&](uint8_t* dst, const CUtensorMap* tm, uint64_t* full, int32_t c0, int32_t row,
+                      int32_t entry) {
     if (kServing && p.stream_kv)
       tma_load_4d_hint(dst, tm, full, c0, w.hk, row, entry, l2_policy(true));
     else
@@ -83,7 +84,8 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       mbarrier_wait(empty, phase ^ 1);
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
       if (!pages)
-        for (int c = 0; c < kChunks; ++c) load_box(dst + c * kCfg.block_n * 128, tm, full, 64 * c, key, batch);
+        for (int c = 0; c < kChunks; ++c)
+          load_box(dst + c * kCfg.block_n * 128, tm, full, 64 * c, key, batch);
     }
     __syncwarp();  // the stage is free and its bytes expected: each lane issues its box
     if (lane < boxes) {
@@ -150,9 +152,9 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
   for (int64_t j = 0; j < w.blocks(); ++j) {
     const Slot<Cfg> s(pipe.ring + j);
     mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
-    VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl,
-                                               static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n),
-                                               end, sm.v_full(s.stage), t, l2_policy(p.stream_kv));
+    VWarps::issue<kCfg.head_dim, kCfg.block_n>(
+        sm.v(s.stage), base, p.v_sl, static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n), end,
+        sm.v_full(s.stage), t, l2_policy(p.stream_kv));
   }
 }
 
