@@ -112,10 +112,9 @@ IMPLS = {
         Impl("sdpa_default", _sdpa_call),  # SDPA's own backend choice
         # decode: a plain read of K and V (read_ceiling.py), the ceiling under the same timer
         Impl("read_kv", lambda q, k, v, c: read_ceiling.read_kv(q, k, v, c), attention=False),
-        Impl("read_kv_ef", lambda q, k, v, c: read_ceiling.read_kv(q, k, v, c, True), attention=False),
     ]
 }
-SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "read_kv": "read-KV", "read_kv_ef": "read-KV-ef", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "read_kv": "read-KV", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 
@@ -209,7 +208,7 @@ def decode_suite(args, timer):
     impls = [i for i in args.impls if i in IMPLS and not IMPLS[i].eager]
     if "tileattn" in impls:
         impls.insert(impls.index("tileattn") + 1, "tileattn_nosplit")
-    impls += ["read_kv", "read_kv_ef"]  # not attentions: the ceiling of the row's bytes
+    impls.append("read_kv")  # not an attention: the ceiling of the row's bytes
     return run_rows(timer, shapes, impls, inputs, ("tbps", kv_bytes), "TB/s", 0)
 
 
@@ -425,7 +424,7 @@ def main():
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit", "read_kv", "read_kv_ef")))
+    ap.add_argument("--impls", default=",".join(i for i in IMPLS if i not in ("sdpa_default", "tileattn_nosplit", "read_kv")))
     ap.add_argument("--eager-max-len", type=int, default=4096,
                     help="eager baselines only up to this L (past it S and P only grow)")
     ap.add_argument("--warmup", type=int, default=10)

@@ -58,8 +58,7 @@ def decode(rows, meta):
     if not rows:
         return
     get = {(r["B"], r["Lk"], r["impl"]): r for r in rows}
-    impls = [i for i in ("tileattn", "tileattn_nosplit", "sdpa_cudnn", "sdpa_flash", "tileattn_sm80", "read_kv",
-                                "read_kv_ef")
+    impls = [i for i in ("tileattn", "tileattn_nosplit", "sdpa_cudnn", "sdpa_flash", "tileattn_sm80", "read_kv")
              if any(k[2] == i for k in get)]
     print(f"\nDecode, 1 query, 32 query heads on 8 KV heads, D=128: K/V read TB/s "
           f"(copy ceiling {meta.get('copy_tbps', 0):.2f}):\n")

@@ -60,9 +60,6 @@ struct KernelParams {
   float pre;         // kSoftcap: 2 log2(e) scale / softcap
   float post;        // the FFMA multiplier of exp2(t * post - m), > 0
   bool conditional;  // conditional rescaling (Rescale::kConditional)
-  // Each K and V element is read by one tile (one query tile per KV head: a packed decode), so
-  // sm90's serving kernel loads them evict-first in L2 (docs/kernels/sm90.md).
-  bool stream_kv;
 };
 
 // pack (sm90's GQA packing, a power of two dividing the group): query heads per tile, whose
@@ -109,7 +106,6 @@ inline KernelParams make_kernel_params(const AttnParams& p, int block_m, int pac
     k.post = p.scale * kLog2e > FLT_MIN ? p.scale * kLog2e : FLT_MIN;
   }
   k.conditional = p.rescale == Rescale::kConditional;
-  k.stream_kv = k.m_blocks == 1 && p.heads_q / pack == p.heads_kv;
   return k;
 }
 

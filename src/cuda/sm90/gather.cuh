@@ -11,7 +11,6 @@
 
 #include "cuda/common/kernel_params.h"
 #include "cuda/sm90/barrier.cuh"
-#include "cuda/sm90/tma.cuh"
 
 namespace tileattn::detail::sm90 {
 
@@ -22,12 +21,6 @@ __device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bo
 }
 __device__ __forceinline__ void cp_async_commit_group() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// The same with an L2 cache hint (policy: l2_policy in tma.cuh).
-__device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bool valid, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(valid ? 16 : 0), "l"(policy)
-               : "memory");
 }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_group() {
@@ -86,17 +79,17 @@ struct VWarps {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
   }
   // Rows [key, key + kBlockN) of base (batch and head applied; sl: the row stride in elements)
-  // into dst, rows at or past `end` zeroed; t in [0, kThreads); policy: the L2 hint (l2_policy).
+  // into dst, rows at or past `end` zeroed; t in [0, kThreads).
   template <int kHeadDim, int kBlockN>
   __device__ static void issue(uint8_t* dst, const uint8_t* base, int64_t sl, int32_t key, int32_t end,
-                               uint64_t* full, int t, uint64_t policy) {
+                               uint64_t* full, int t) {
     constexpr int kUnits = kHeadDim / 8;
 #pragma unroll 4
     for (int idx = t; idx < kBlockN * kUnits; idx += kThreads) {
       const int r = idx / kUnits, u = idx % kUnits;
       const bool ok = key + r < end;
       cp_async_16_zfill(dst + (u / 8) * kBlockN * 128 + r * 128 + (((u % 8) ^ (r % 8)) << 4),
-                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok, policy);
+                        base + 2 * (ok ? (key + r) * sl + 8 * u : 0), ok);
     }
     arrive_on(full);
   }

@@ -58,15 +58,6 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
     if (lane >= boxes || j >= blocks) return 0;
     return pages[min(key_of(j) + lane * box, w.k_start + w.len_k - 1) / p.page_size];
   };
-  // A K or V box; a decode's K and V are read once (p.stream_kv): evict-first in L2, so they
-  // take each other's lines rather than write back other data's dirty ones.
-  auto load_box = [&](uint8_t* dst, const CUtensorMap* tm, uint64_t* full, int32_t c0, int32_t row,
-                      int32_t entry) {
-    if (kServing && p.stream_kv)
-      tma_load_4d_hint(dst, tm, full, c0, w.hk, row, entry, l2_policy(true));
-    else
-      tma_load_4d(dst, tm, full, c0, w.hk, row, entry);
-  };
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
                   int64_t j, int32_t page) {
@@ -85,13 +76,13 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
       if (!pages)
         for (int c = 0; c < kChunks; ++c)
-          load_box(dst + c * kCfg.block_n * 128, tm, full, 64 * c, key, batch);
+          tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
     }
     __syncwarp();  // the stage is free and its bytes expected: each lane issues its box
     if (lane < boxes) {
       const int32_t slot = (key + lane * box) % p.page_size;
       for (int c = 0; c < kChunks; ++c)
-        load_box(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, slot, page);
+        tma_load_4d(dst + (c * kCfg.block_n + lane * box) * 128, tm, full, 64 * c, w.hk, slot, page);
     }
   };
   auto load_k = [&](int64_t j, int32_t page) {
@@ -154,7 +145,7 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
     mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
     VWarps::issue<kCfg.head_dim, kCfg.block_n>(
         sm.v(s.stage), base, p.v_sl, static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n), end,
-        sm.v_full(s.stage), t, l2_policy(p.stream_kv));
+        sm.v_full(s.stage), t);
   }
 }
 
