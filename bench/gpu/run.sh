@@ -8,8 +8,8 @@
 #   python    pip install (no build isolation) and pytest tests/python (GPU tests included;
 #             PYTEST_ARGS replaces the test selection)
 #   tune_split  tests/cuda_sm90/tune_sm90_split (SM90_TUNE=ON): the split decode under other
-#             K / V rings and V loaders, and over pages of 16 with and without an L2 prefetch,
-#             GB/s of K and V
+#             K / V rings and V loaders, and over pages of 16 and 64 in random order and in
+#             order, GB/s of K and V
 #   cta_probe tests/cuda_sm90/tune_sm90_probe (SM90_TUNE=ON): each CTA's entry, first K, loads'
 #             end and finish in the split decode, by SM and by KV head
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
@@ -123,7 +123,7 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
 }
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"
-  awk '/=== tune-split/,0' "$LOG" | grep "GB/s" | sed 's/ Hq=32 Hkv=8//; s/ TFLOP\/s//' | cut -c1-170 >>"$SUMMARY"
+  awk '/=== tune-split/,0' "$LOG" | grep -E "GB/s|^pages of" | sed 's/ Hq=32 Hkv=8//; s/ TFLOP\/s//' | cut -c1-170 >>"$SUMMARY"
 }
 run_cta_probe() {  # per-CTA timeline of the split decode (a build with SM90_TUNE=ON)
   step cta-probe 150 "$BUILD/tests/cuda_sm90/tune_sm90_probe"

@@ -49,32 +49,36 @@ int main() {
     split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
-  // Pages of 16 and of 64 keys in a random order (fixed seed): K and V by TMA boxes, then V by
-  // the V warps.
+  // Pages of 16 and of 64 keys, K and V by TMA boxes a page: in a random order (fixed seed), then
+  // in order (each sequence's pages one after another: the contiguous cache's bytes, read in
+  // boxes of a page), which tells the scatter's cost from the boxes'.
   if (cudaMalloc(&buf.kp, kv * 2) || cudaMalloc(&buf.vp, kv * 2)) {
     std::printf("cudaMalloc failed\n");
     return 1;
   }
   int32_t* table = nullptr;
-  for (const int64_t page : {16, 64})
-    for (const auto& s : shapes) {
-      if (s.Lk % 128 != 0) continue;  // whole blocks of whole pages: no lookup past a sequence's pages
-      const int64_t pages = s.B * s.Lk / page, page_bytes = page * 8 * 128 * 2;
-      std::vector<int32_t> perm(static_cast<size_t>(pages));
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
-      if (table) cudaFree(table);
-      if (cudaMalloc(&table, pages * 4) ||
-          cudaMemcpy(table, perm.data(), pages * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
-        std::printf("page table failed\n");
-        return 1;
+  for (const bool shuffled : {true, false})
+    for (const int64_t page : {16, 64}) {
+      std::printf("pages of %d, %s\n", static_cast<int>(page), shuffled ? "random order" : "in order");
+      for (const auto& s : shapes) {
+        if (s.Lk % 128 != 0) continue;  // whole blocks of whole pages: no lookup past a sequence's pages
+        const int64_t pages = s.B * s.Lk / page, page_bytes = page * 8 * 128 * 2;
+        std::vector<int32_t> perm(static_cast<size_t>(pages));
+        std::iota(perm.begin(), perm.end(), 0);
+        if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
+        if (table) cudaFree(table);
+        if (cudaMalloc(&table, pages * 4) ||
+            cudaMemcpy(table, perm.data(), pages * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+          std::printf("page table failed\n");
+          return 1;
+        }
+        scatter_pages(buf.k, buf.kp, table, pages, page_bytes);
+        scatter_pages(buf.v, buf.vp, table, pages, page_bytes);
+        buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
+        buf.page_size = static_cast<int>(page), buf.table = table;
+        split_paged(buf);
+        buf.page_size = 0;
       }
-      scatter_pages(buf.k, buf.kp, table, pages, page_bytes);
-      scatter_pages(buf.v, buf.vp, table, pages, page_bytes);
-      buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
-      buf.page_size = static_cast<int>(page), buf.table = table;
-      split_paged(buf);
-      buf.page_size = 0;
     }
   cudaFree(table);
   for (void* ptr : {buf.q, buf.k, buf.v, buf.o, buf.ref, static_cast<void*>(buf.lse), buf.kp, buf.vp})
