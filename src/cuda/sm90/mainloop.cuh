@@ -250,6 +250,21 @@ __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, co
   }
 }
 
+// Of a tile's `blocks` key blocks of block_n keys, those a consumer computes under a mask: up to
+// the last one its rows [rows_first, rows_first + 64) see, at least one (TileConfig's
+// skip_masked_tail).
+template <class Mask>
+__device__ __forceinline__ int64_t own_blocks(const KernelParams& p, const Work& w, int rows_first,
+                                              int64_t blocks, int block_n) {
+  if (!Mask::kMasks) return blocks;
+  const int last = min(rows_first + 63, w.m0 + w.rows - 1);
+  int nb, ne;
+  tile_band<Mask>(w.len_q, w.len_k, p.window_left, p.window_right)
+      .key_blocks(rows_first >> p.pack_shift, (last >> p.pack_shift) + 1, block_n, &nb, &ne);
+  const int64_t own = int64_t{ne} - w.n_begin;
+  return own < 1 ? 1 : own < blocks ? own : blocks;
+}
+
 // A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 // V stages written by cp.async (v_warps) are fenced for the async proxy before wgmma reads them.
@@ -288,6 +303,9 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
 
   mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
   const int64_t blocks = w.blocks();
+  // Blocks [own, blocks) no row of this consumer sees: waited for, turned and released only.
+  int64_t own = blocks;
+  if constexpr (kCfg.skip_masked_tail) own = own_blocks<Mask>(p, w, rows_first, blocks, kN);
   if (64 * consumer >= w.rows) {
     idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps);
   } else if (blocks > 0) {
@@ -304,7 +322,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
-    for (int64_t j = 1; j < blocks; ++j) {
+    for (int64_t j = 1; j < own; ++j) {
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
@@ -328,7 +346,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       }
       to_fragments();
     }
-    {
+    if constexpr (!kCfg.skip_masked_tail) {
       const Slot<Cfg> sv(pipe.ring + blocks - 1);
       if (w.tail && !v_warps) {
         mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
@@ -342,6 +360,35 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
       release(sm.v_empty(sv.stage), lane);
+    } else {
+      const Slot<Cfg> last_v(pipe.ring + own - 1), next_k(pipe.ring + own);
+      if (own == blocks && w.tail && !v_warps) {
+        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
+      } else {
+        mbarrier_wait<false>(sm.v_full(last_v.stage), last_v.phase);
+        if (v_warps) fence_proxy_async();
+      }
+      if (own < blocks) mbarrier_wait<false>(sm.k_full(next_k.stage), next_k.phase);
+      turn.wait();
+      gemm.pv(o, pa, last_v.stage);
+      turn.pass(own == blocks);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(last_v.stage), lane);
+      if (own < blocks) release(sm.k_empty(next_k.stage), lane);
+      // The blocks past this consumer's rows, as idle_tile walks them: K j and V j - 1 a turn.
+      for (int64_t j = own + 1; j <= blocks; ++j) {
+        const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
+        if (j < blocks) mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
+        if (j == blocks && w.tail && !v_warps)
+          mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
+        else
+          mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
+        turn.wait();
+        turn.pass(j == blocks);
+        if (j < blocks) release(sm.k_empty(sk.stage), lane);
+        release(sm.v_empty(sv.stage), lane);
+      }
     }
   }
   // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.

@@ -19,6 +19,11 @@ struct TileConfig {
   // Serving kernels over a contiguous cache load V by cp.async from the producer warpgroup's
   // three idle warps, K staying on TMA (mainloop.cuh, load_v_tile): two engines streaming.
   bool v_by_warps = false;
+  // Under a mask, a consumer skips the tile's trailing key blocks that none of its 64 rows sees
+  // (the later rows of a causal tile do): it waits, takes its turns and releases them as
+  // idle_tile does (mainloop.cuh). A tuning variant (tests/cuda_sm90/tune_sm90) until an H200
+  // has timed it.
+  bool skip_masked_tail = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
