@@ -49,9 +49,10 @@ int main() {
     split_n128_s3_vwarps_nopp(buf);
     split_n64_s4(buf);
   }
-  // Pages of 16 and of 64 keys, K and V by TMA boxes a page: in a random order (fixed seed), then
-  // in order (each sequence's pages one after another: the contiguous cache's bytes, read in
-  // boxes of a page), which tells the scatter's cost from the boxes'.
+  // Pages of 16 and of 64 keys, K and V by TMA boxes a page, under the library's ring and two
+  // deeper ones: in a random order (fixed seed), then in order (each sequence's pages one after
+  // another: the contiguous cache's bytes, read in boxes of a page), which tells the scatter's
+  // cost from the boxes'.
   if (cudaMalloc(&buf.kp, kv * 2) || cudaMalloc(&buf.vp, kv * 2)) {
     std::printf("cudaMalloc failed\n");
     return 1;
@@ -77,6 +78,8 @@ int main() {
         buf.B = s.B, buf.Lq = 1, buf.Lk = s.Lk, buf.Hq = 32, buf.Hkv = 8, buf.splits = 0;
         buf.page_size = static_cast<int>(page), buf.table = table;
         split_paged(buf);
+        split_n128_s3(buf);  // a third stage, and 64 keys x 4: more boxes in flight (the table's latency)
+        split_n64_s4(buf);
         buf.page_size = 0;
       }
     }
