@@ -48,7 +48,6 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       kServing && p.page_table ? p.page_table + int64_t{w.b} * p.page_table_stride : nullptr;
   const int64_t blocks = w.blocks();
   Gather<kCfg.head_dim, kCfg.block_n> gathers;
-  auto key_of = [&](int64_t j) { return static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n); };
   // A paged cache's block j: lane i's page is box i's (boxes past the keys read the last page the
   // sequence uses: their K rows are masked and their V rows zeroed, w.tail). Looked up two blocks
   // ahead of its K load, and V j reuses K j's, so the table's latency is off the loop's path (each
@@ -56,12 +55,12 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   const int box = p.page_box, boxes = !kGather && pages ? kCfg.block_n / box : 0;
   auto page_of = [&](int64_t j) -> int32_t {
     if (lane >= boxes || j >= blocks) return 0;
-    return pages[min(key_of(j) + lane * box, w.k_start + w.len_k - 1) / p.page_size];
+    return pages[min(w.key(j, kCfg.block_n) + lane * box, w.k_start + w.len_k - 1) / p.page_size];
   };
   // A fresh barrier passes parity 1, so the first lap of a ring never waits for "empty".
   auto load = [&](const CUtensorMap* tm, uint64_t* full, uint64_t* empty, uint8_t* dst, uint32_t phase,
                   int64_t j, int32_t page) {
-    const int32_t key = key_of(j);
+    const int32_t key = w.key(j, kCfg.block_n);
     if constexpr (kGather) {
       if (lane == 0) mbarrier_wait(empty, phase ^ 1);
       __syncwarp();
@@ -143,9 +142,8 @@ __device__ __forceinline__ void load_v_tile(const Smem<Cfg>& sm, const KernelPar
   for (int64_t j = 0; j < w.blocks(); ++j) {
     const Slot<Cfg> s(pipe.ring + j);
     mbarrier_wait(sm.v_empty(s.stage), s.phase ^ 1);
-    VWarps::issue<kCfg.head_dim, kCfg.block_n>(
-        sm.v(s.stage), base, p.v_sl, static_cast<int32_t>(w.k_start + (w.n_begin + j) * kCfg.block_n), end,
-        sm.v_full(s.stage), t);
+    VWarps::issue<kCfg.head_dim, kCfg.block_n>(sm.v(s.stage), base, p.v_sl, w.key(j, kCfg.block_n), end,
+                                               sm.v_full(s.stage), t);
   }
 }
 
@@ -224,14 +222,15 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 // A consumer whose 64 rows all lie past the tile's rows (decoding: a few packed rows of 128 or
 // 192): it waits for each stage, takes its turns and releases the stages like the others, but
 // issues no GEMM, so the tensor cores serve the rows that exist. A path of its own, so the
-// mainloop's wgmma pipeline stays branch-free.
+// mainloop's wgmma pipeline stays branch-free. From step `first` on (K j and V j - 1 a step), it
+// is also how a consumer walks the blocks past its rows (skip_masked_tail, consume_tile).
 template <class Cfg>
 __device__ __forceinline__ void idle_tile(const Smem<Cfg>& sm, const Work& w, const Turns<Cfg>& turn,
-                                          const Pipe& pipe, int lane, bool v_warps) {
+                                          const Pipe& pipe, int lane, bool v_warps, int64_t first = 0) {
   const int64_t blocks = w.blocks();
   if (blocks == 0) return;
-  if constexpr (!Cfg::kCfg.persistent) turn.start();
-  for (int64_t j = 0; j <= blocks; ++j) {
+  if (!Cfg::kCfg.persistent && first == 0) turn.start();
+  for (int64_t j = first; j <= blocks; ++j) {
     if (j < blocks) {
       const Slot<Cfg> sk(pipe.ring + j);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
@@ -346,50 +345,26 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       }
       to_fragments();
     }
-    if constexpr (!kCfg.skip_masked_tail) {
-      const Slot<Cfg> sv(pipe.ring + blocks - 1);
-      if (w.tail && !v_warps) {
+    {
+      // The last block this consumer computes; with blocks past it, the K of the first of them
+      // is waited for and released in the same turn (idle_tile's step `own`).
+      const Slot<Cfg> sv(pipe.ring + own - 1), sk(pipe.ring + own);
+      if (own == blocks && w.tail && !v_warps) {
         mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
       } else {
         mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
         if (v_warps) fence_proxy_async();
       }
+      if (own < blocks) mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       turn.wait();
       gemm.pv(o, pa, sv.stage);
-      turn.pass(true);
-      wgmma_wait<0>();
-      fence_operands<kD / 2>(o);
-      release(sm.v_empty(sv.stage), lane);
-    } else {
-      const Slot<Cfg> last_v(pipe.ring + own - 1), next_k(pipe.ring + own);
-      if (own == blocks && w.tail && !v_warps) {
-        mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);  // landed, and its rows past the keys zeroed
-      } else {
-        mbarrier_wait<false>(sm.v_full(last_v.stage), last_v.phase);
-        if (v_warps) fence_proxy_async();
-      }
-      if (own < blocks) mbarrier_wait<false>(sm.k_full(next_k.stage), next_k.phase);
-      turn.wait();
-      gemm.pv(o, pa, last_v.stage);
       turn.pass(own == blocks);
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
-      release(sm.v_empty(last_v.stage), lane);
-      if (own < blocks) release(sm.k_empty(next_k.stage), lane);
-      // The blocks past this consumer's rows, as idle_tile walks them: K j and V j - 1 a turn.
-      for (int64_t j = own + 1; j <= blocks; ++j) {
-        const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
-        if (j < blocks) mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
-        if (j == blocks && w.tail && !v_warps)
-          mbarrier_wait<false>(sm.v_tail(), pipe.tails & 1);
-        else
-          mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
-        turn.wait();
-        turn.pass(j == blocks);
-        if (j < blocks) release(sm.k_empty(sk.stage), lane);
-        release(sm.v_empty(sv.stage), lane);
-      }
+      release(sm.v_empty(sv.stage), lane);
+      if (own < blocks) release(sm.k_empty(sk.stage), lane);
     }
+    if constexpr (kCfg.skip_masked_tail) idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps, own + 1);
   }
   // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.
   if constexpr (kCfg.o_apart()) release(sm.q_empty(), lane);

@@ -27,6 +27,10 @@ struct Work {
   // its V rows there hold another sequence's or unused values, which are zeroed before P V.
   bool tail;
   __device__ int32_t blocks() const { return n_end - n_begin; }
+  // The storage row of the first key of the tile's block j (blocks of block_n keys).
+  __device__ int32_t key(int64_t j, int block_n) const {
+    return static_cast<int32_t>(k_start + (n_begin + j) * block_n);
+  }
 };
 
 // kServing: the batch may be varlen, seqused or split (else every sequence is the tensors' length,
