@@ -1,9 +1,12 @@
-// sm90_ds_layout_test.cc: the sm90 backward's dS store (bwd_layout.h) replayed on the CPU. Each
-// thread's stmatrix .x4 .trans (its semantics checked on the device by
+// sm90_ds_layout_test.cc: the sm90 backward's dS store and dQ staging (bwd_layout.h) replayed
+// on the CPU. Each thread's stmatrix .x4 .trans (its semantics checked on the device by
 // Sm90Blocks.StmatrixTransStoresColumnsAsRows) must put every element of dS^T, key r and query
-// c, at dS's swizzled offset of (c, r), and fill the chunk's 64 x 64 elements once each.
+// c, at dS's swizzled offset of (c, r), and fill the chunk's block_m x 64 elements once each.
+// dQ's accumulators, stored by the consumers in their order, must be read back by dq_convert's
+// mapping (dq_accum_pos) at their own row and column.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "cuda/sm90/bwd_layout.h"
@@ -12,21 +15,51 @@ namespace tileattn::detail::sm90 {
 namespace {
 
 TEST(Sm90DsLayout, StmatrixStoresEveryElementOfDsTransposedOnce) {
-  std::vector<int> hits(64 * 64, 0);  // per 16-bit word of the 8 KiB chunk
-  for (int warp = 0; warp < 4; ++warp)
-    for (int m = 0; m < 4; ++m)
-      for (int q = 0; q < 4; ++q)        // register fs[m][q]: elements 8 m + 2 q and + 1
-        for (int i = 0; i < 8; ++i)      // memory row i of the matrix, from lane 8 q + i
-          for (int k = 0; k < 8; ++k) {  // its 16-bit word k: the matrix's element (row k, column i)
-            const int row_addr = ds_stmatrix_offset(m, warp, 8 * q + i);
-            const int holder = 4 * k + i / 2, e = 8 * m + 2 * q + i % 2;  // the lane holding it
-            const int key = acc_row(e, warp, holder), query = acc_col(e, holder);
-            ASSERT_EQ(row_addr % 16, 0);
-            ASSERT_EQ(row_addr + 2 * k, ds_offset(query, key))
-                << "warp " << warp << " m " << m << " q " << q << " row " << i << " word " << k;
-            ++hits[(row_addr + 2 * k) / 2];
+  for (int block_m : {64, 128}) {  // bwd_block_m at D = 128 and 64
+    SCOPED_TRACE("block_m " + std::to_string(block_m));
+    std::vector<int> hits(block_m * 64, 0);  // per 16-bit word of the chunk
+    for (int warp = 0; warp < 4; ++warp)
+      for (int m = 0; m < block_m / 16; ++m)
+        for (int q = 0; q < 4; ++q)        // register fs[m][q]: elements 8 m + 2 q and + 1
+          for (int i = 0; i < 8; ++i)      // memory row i of the matrix, from lane 8 q + i
+            for (int k = 0; k < 8; ++k) {  // its 16-bit word k: the matrix's element (row k, column i)
+              const int row_addr = ds_stmatrix_offset(m, warp, 8 * q + i);
+              const int holder = 4 * k + i / 2, e = 8 * m + 2 * q + i % 2;  // the lane holding it
+              const int key = acc_row(e, warp, holder), query = acc_col(e, holder);
+              ASSERT_EQ(row_addr % 16, 0);
+              ASSERT_EQ(row_addr + 2 * k, ds_offset(query, key))
+                  << "warp " << warp << " m " << m << " q " << q << " row " << i << " word " << k;
+              ++hits[(row_addr + 2 * k) / 2];
+            }
+    for (int w = 0; w < block_m * 64; ++w) ASSERT_EQ(hits[w], 1) << "word " << w;
+  }
+}
+
+// Consumer w stores its m64n64 dQ accumulators dq[4 g .. 4 g + 3] as float4 g * 128 + thread of
+// part w (bwd_kernel.cuh); element j of them is (acc_row(4 g + j), acc_col(4 g + j)) of part w.
+TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
+  for (int head_dim : {64, 128}) {
+    const int block_m = head_dim == 64 ? 128 : 64;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    std::vector<int> hits(block_m * head_dim, 0);
+    for (int w = 0; w < 2; ++w)
+      for (int t = 0; t < 128; ++t)
+        for (int g = 0; g < 8; ++g) {
+          int row = -1, col = -1;
+          dq_accum_pos(w * 1024 + g * 128 + t, head_dim, &row, &col);
+          for (int j = 0; j < 4; ++j) {
+            const int e = 4 * g + j;
+            const int r = dq_part_row(w, head_dim) + acc_row(e, t / 32, t % 32);
+            const int c = dq_part_col(w, head_dim) + acc_col(e, t % 32);
+            ASSERT_EQ(r, row + 8 * (j / 2)) << "w " << w << " t " << t << " g " << g << " j " << j;
+            ASSERT_EQ(c, col + j % 2) << "w " << w << " t " << t << " g " << g << " j " << j;
+            ASSERT_LT(r, block_m);
+            ASSERT_LT(c, head_dim);
+            ++hits[r * head_dim + c];
           }
-  for (int w = 0; w < 64 * 64; ++w) ASSERT_EQ(hits[w], 1) << "word " << w;
+        }
+    for (int i = 0; i < block_m * head_dim; ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+  }
 }
 
 }  // namespace

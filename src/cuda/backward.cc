@@ -49,8 +49,9 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
   kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
   kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
   kp.n_blocks = (p.seqlen_k + sm90::kBwdBlockN - 1) / sm90::kBwdBlockN;
-  kp.m_blocks = (p.seqlen_q + sm90::kBwdBlockM - 1) / sm90::kBwdBlockM;
-  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * sm90::kBwdBlockM * p.head_dim;
+  const int64_t block_m = sm90::bwd_block_m(p.head_dim);
+  kp.m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * block_m * p.head_dim;
   const int64_t orders = b.deterministic ? p.batch * p.heads_q * kp.m_blocks : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
   kp.dq_accum = scratch.data();

@@ -170,9 +170,9 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
 // By default, on Hopper, head dim 128 runs the sm90 backward (the same bits as asking for it,
 // in deterministic mode), 64 in deterministic mode and on short causal rows the sm80 kernels,
 // and 64 without a mask and without deterministic mode the sm90 one (its dK and dV, which no
-// atomics touch, bit for bit). The sm80 kernels sum dK and dV over the same 64-row query
-// blocks in the same order and give the same bits at that shape (measured on an H200), so the
-// bits cannot tell the two apart there: the rule itself is tested by
+// atomics touch, bit for bit). At D = 128 the sm80 kernels sum dK and dV over the same 64-row
+// query blocks in the same order and give the same bits at that shape (measured on an H200), so
+// the bits cannot tell the two apart there: the rule itself is tested by
 // Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();

@@ -12,8 +12,11 @@ namespace tileattn::detail::sm90 {
 
 // The backward's tiles (bwd_kernel.cuh): one CTA = (batch, KV head, kBwdBlockN keys), two
 // consumer warpgroups of 64 keys each, walking every query head of the group and every block of
-// kBwdBlockM query rows that sees the keys.
-inline constexpr int kBwdBlockM = 64, kBwdBlockN = 128;
+// bwd_block_m(D) query rows that sees the keys: 64 at D = 128 (a consumer's dK, dV, S^T and dP^T
+// then take 4 x 64 of its 240 registers), 128 at D = 64 (4 x 32 + 2 x 32: the step's GEMMs twice
+// as long for the same synchronization).
+inline constexpr int kBwdBlockN = 128;
+constexpr int bwd_block_m(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
 
 struct BwdParams {
   cuda::KernelParams f;  // q, k, v, out, lse, their strides, the sequences, mask and score transform
@@ -24,16 +27,17 @@ struct BwdParams {
   const float* lse2;
   const float* dsum;
   int64_t w_sb, w_sh;
-  // dQ in fp32, [B, Hq, m_blocks] tiles of kBwdBlockM x D, zeroed before the launch; each CTA
-  // adds its part of every query block it sees with one bulk reduction. A tile is laid out in
-  // the order of the m64n64 wgmma accumulators that compute it, [D / 64][8][128 threads][4]
-  // (wgmma_ops.cuh gives element i's row and column), so the staging stores of a warp are 512
-  // contiguous bytes; dq_from_accum maps it back. deterministic: the
+  // dQ in fp32, [B, Hq, m_blocks] tiles of bwd_block_m(D) x D, zeroed before the launch; each
+  // CTA adds its part of every query block it sees with one bulk reduction. A tile is two 64 x
+  // 64 parts (D = 128: its column halves; D = 64: its row halves), each laid out in the order
+  // of the m64n64 wgmma accumulators that compute it, [8][128 threads][4] (bwd_layout.h:
+  // dq_accum_pos), so the staging stores of a warp are 512 contiguous bytes; dq_from_accum maps
+  // it back. deterministic: the
   // per-(batch, head, query block) counters that order those additions by key block, zeroed.
   float* dq_accum;
   int* dq_order;
   int64_t batch, heads_kv;
-  int64_t n_blocks, m_blocks;  // of the longest sequence, in kBwdBlockN keys / kBwdBlockM rows
+  int64_t n_blocks, m_blocks;  // of the longest sequence, in kBwdBlockN keys / bwd_block_m(D) rows
   float scale;                 // dQ = scale dS K, dK = scale dS^T Q
 };
 

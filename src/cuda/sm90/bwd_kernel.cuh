@@ -2,18 +2,19 @@
 // 128 keys), 384 threads: two consumer warpgroups of 64 keys each and a producer warpgroup
 // (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads:
 // K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step into two stages
-// (full / empty mbarriers); its second warp adds the consumers' dQ into dq_accum from two
-// staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
+// (full / empty mbarriers); one lane of its second warp adds the consumers' dQ into dq_accum
+// from two staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
 // addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A step is
-// one query head of the group and one block of 64 query rows that sees the keys:
-//   S^T = K Q^T, dP^T = V dO^T (wgmma m64n64, both operands from shared memory);
+// one query head of the group and one block of block_m query rows that sees the keys (bwd.h:
+// 64 at D = 128, 128 at D = 64):
+//   S^T = K Q^T, dP^T = V dO^T (wgmma m64 x block_m, both operands from shared memory);
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);
-//   dS^T written to shared memory as dS [query][key]; dQ = dS K (each warpgroup one half of
-//   D at D = 128; at D = 64 each all of D over its own 64 keys, so both do the same work, and
-//   the producer adds the two in shared memory) staged in fp32 and added into the fp32
-//   dq_accum with one bulk reduction (cp.reduce.async.bulk .add.f32) a step; with dq_order the
-//   additions to a query block run in key-block order (deterministic mode).
+//   dS^T written to shared memory as dS [query][key]; dQ = dS K over all 128 keys, each
+//   warpgroup one 64 x 64 part (bwd_layout.h: D's halves at D = 128, the rows' halves at D =
+//   64), staged in fp32 and added into the fp32 dq_accum with one bulk reduction
+//   (cp.reduce.async.bulk .add.f32) a step; with dq_order the additions to a query block run
+//   in key-block order (deterministic mode).
 // dK and dV stay in registers over the steps and are written once at the end.
 #pragma once
 
@@ -38,14 +39,15 @@
 namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
-// of Q and dO ([D / 64][64 rows][64]), dS ([2 key chunks][64 rows][64 keys], swizzled), two
-// buffers of dQ's fp32 staging (64 x 128: the two consumers' halves, in the accumulators'
+// of Q and dO ([D / 64][kM rows][64]), dS ([2 key chunks][kM rows][64 keys], swizzled), two
+// buffers of dQ's fp32 staging (kM x D: the two consumers' 64 x 64 parts, in the accumulators'
 // order), two stages of lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
 template <int kD>
 struct BwdSmem {
-  static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kBwdBlockM * kD * 2;
-  static constexpr int kDsBytes = kBwdBlockM * kBwdBlockN * 2, kDqBytes = kBwdBlockM * 128 * 4;
-  static constexpr int kRowsBytes = 2 * kBwdBlockM * 4;  // a stage's lse2 and dsum rows
+  static constexpr int kM = bwd_block_m(kD);  // query rows a step
+  static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kM * kD * 2;
+  static constexpr int kDsBytes = kM * kBwdBlockN * 2, kDqBytes = kM * kD * 4;
+  static constexpr int kRowsBytes = 2 * kM * 4;  // a stage's lse2 and dsum rows
   static constexpr int kBytes =
       1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
   uint8_t* base;
@@ -55,7 +57,7 @@ struct BwdSmem {
   __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
   __device__ uint8_t* ds() const { return base + 2 * kKBytes + 4 * kQBytes; }
   __device__ float* dq(int buf) const { return reinterpret_cast<float*>(ds() + kDsBytes + buf * kDqBytes); }
-  // Stage s's lse2 (64 floats), then its dsum.
+  // Stage s's lse2 (kM floats), then its dsum.
   __device__ float* rows(int stage) const {
     return reinterpret_cast<float*>(ds() + kDsBytes + 2 * kDqBytes + stage * kRowsBytes);
   }
@@ -70,10 +72,11 @@ struct BwdSmem {
   __device__ uint64_t* dq_full(int s) const { return barriers() + 5 + s; }
   __device__ uint64_t* dq_empty(int s) const { return barriers() + 7 + s; }
 };
-static_assert(BwdSmem<128>::kBytes <= 227 * 1024,
-              "the D = 128 backward needs more shared memory than a CTA has");
-
-static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys, each staging a 64 x 64 half of dQ");
+static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024,
+              "the backward needs more shared memory than a CTA has");
+static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys");
+static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64,
+              "a step's dQ tile is two 64 x 64 parts, one a consumer (bwd_layout.h)");
 
 // A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
 // m_count (every query head of the KV head's group, every query block that sees the keys).
@@ -85,7 +88,7 @@ struct BwdSteps {
 };
 
 // The producer's first warp: K and V once, then each step's Q and dO (lane 0, TMA) and its lse2
-// / dsum rows (every lane two of them, 0 past the sequence: those columns are masked; loaded
+// / dsum rows (every lane kM / 32 of them, 0 past the sequence: those columns are masked; loaded
 // before the wait for the stage, stored after it) into the stage its consumers have released.
 // qdo_full completes on lane 0's expected bytes and the 32 lanes' arrivals after their stores.
 template <int kD>
@@ -108,11 +111,12 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
   for (int64_t i = 0; i < st.count; ++i) {
     const int stage = static_cast<int>(i & 1);
     const int64_t h = st.head(i);
-    const int32_t q0 = st.block(i) * kBwdBlockM;
+    const int32_t q0 = st.block(i) * Smem::kM;
     const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
-    float lse2[2], dsum[2];
+    constexpr int kPerLane = Smem::kM / 32;
+    float lse2[kPerLane], dsum[kPerLane];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kPerLane; ++j) {
       const int r = lane + 32 * j;
       const bool ok = q0 + r < len_q;
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
@@ -122,87 +126,68 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
     if (lane == 0) {
       mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
       for (int c = 0; c < kChunks; ++c) {
-        tma_load_4d(sm.q(stage) + c * kBwdBlockM * 128, tm_q, sm.qdo_full(stage), 64 * c,
+        tma_load_4d(sm.q(stage) + c * Smem::kM * 128, tm_q, sm.qdo_full(stage), 64 * c,
                     static_cast<int32_t>(h), q0, bb);
-        tma_load_4d(sm.dout(stage) + c * kBwdBlockM * 128, tm_do, sm.qdo_full(stage), 64 * c,
+        tma_load_4d(sm.dout(stage) + c * Smem::kM * 128, tm_do, sm.qdo_full(stage), 64 * c,
                     static_cast<int32_t>(h), q0, bb);
       }
     }
     float* dst = sm.rows(stage);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kPerLane; ++j) {
       dst[lane + 32 * j] = lse2[j];
-      dst[kBwdBlockM + lane + 32 * j] = dsum[j];
+      dst[Smem::kM + lane + 32 * j] = dsum[j];
     }
     mbarrier_arrive(sm.qdo_full(stage));
   }
 }
 
-// The producer's second warp: each step's dQ staging, once both consumers have written it,
-// added into dq_accum by one bulk reduction (lane 0), the buffer released once the reduction
-// has read it. At D = 64 the consumers' halves (each all of dQ over one's 64 keys) are added
-// first, in shared memory, by the warp's lanes, so the reduction moves 64 x D floats.
-// Deterministic mode: each addition waits for its turn in the query block's order (polling
-// with a short sleep, so the spin takes few issue slots from the consumers beside it) and
-// raises the counter once the addition is complete (or at the next addition: bwd_order.h).
+// Lane 0 of the producer's second warp: each step's dQ staging, once both consumers have
+// written it, added into dq_accum by one bulk reduction, the buffer released once the
+// reduction has read it. Deterministic mode: each addition waits for its turn in the query
+// block's order (polling with a short sleep, so the spin takes few issue slots from the
+// consumers beside it) and raises the counter once the addition is complete (or at the next
+// addition: bwd_order.h).
 template <int kD, class Mask>
 __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
                                               int n_block, bool defer) {
+  constexpr int kM = BwdSmem<kD>::kM;
   const cuda::KernelParams& f = p.f;
   const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
-  const int lane = threadIdx.x % 32, len_q = static_cast<int>(f.seqlen_q),
-            len_k = static_cast<int>(f.seqlen_k);
+  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
     const int buf = static_cast<int>(i & 1);
     mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
-    if constexpr (kD == 64) {  // half 0 += half 1, element for element (the same accumulator order)
-      float4* half = reinterpret_cast<float4*>(sm.dq(buf));
-      constexpr int kVecs = kBwdBlockM * 64 / 4;
-#pragma unroll 1
-      for (int j = lane; j < kVecs; j += 32) {
-        const float4 a = half[j], c = half[kVecs + j];
-        half[j] = make_float4(a.x + c.x, a.y + c.y, a.z + c.z, a.w + c.w);
+    const int64_t h = st.head(i);
+    const int m = st.block(i), q0 = m * kM;
+    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kM + q0) * kD;
+    int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
+    if (order) {                       // after the key blocks before this one in the query block's order
+      if (raise) release_turn(raise);  // the last addition
+      raise = nullptr;
+      int nb = 0, ne = 0;
+      band.key_blocks(q0, min(q0 + kM, len_q), kBwdBlockN, &nb, &ne);
+      const int turn = dq_order.turn(n_block, nb, ne);
+      const uint32_t start = static_cast<uint32_t>(clock());
+      while (load_acquire(order) != turn) {
+        __nanosleep(32);
+        if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
       }
-      fence_proxy_async();  // read next by the bulk reduction
-      __syncwarp();
+      fence_proxy_async_global();
     }
-    if (lane == 0) {
-      const int64_t h = st.head(i);
-      const int m = st.block(i), q0 = m * kBwdBlockM;
-      float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kBwdBlockM + q0) * kD;
-      int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
-      if (order) {                       // after the key blocks before this one in the query block's order
-        if (raise) release_turn(raise);  // the last addition
-        raise = nullptr;
-        int nb = 0, ne = 0;
-        band.key_blocks(q0, min(q0 + kBwdBlockM, len_q), kBwdBlockN, &nb, &ne);
-        const int turn = dq_order.turn(n_block, nb, ne);
-        const uint32_t start = static_cast<uint32_t>(clock());
-        while (load_acquire(order) != turn) {
-          __nanosleep(32);
-          if (static_cast<uint32_t>(clock()) - start > kHangCycles) hang_trap();  // a turn that never comes
-        }
-        fence_proxy_async_global();
-      }
-      bulk_reduce_add_f32(dst, sm.dq(buf), kBwdBlockM * kD * 4);
-      tma_store_commit();
-      tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
-      mbarrier_arrive(sm.dq_empty(buf));
-      if (order && defer)
-        raise = order;
-      else if (order)
-        release_turn(order);
-    } else {
-      mbarrier_arrive(sm.dq_empty(buf));  // every lane, once done with the buffer (D = 64 reads it)
-    }
-    __syncwarp();
+    bulk_reduce_add_f32(dst, sm.dq(buf), kM * kD * 4);
+    tma_store_commit();
+    tma_store_wait_read();  // the buffer back to the consumers before waiting for the writes
+    mbarrier_arrive(sm.dq_empty(buf));
+    if (order && defer)
+      raise = order;
+    else if (order)
+      release_turn(order);
   }
-  if (lane == 0) {
-    bulk_wait_all();  // the last addition complete (its writes performed)
-    if (raise) release_turn(raise);
-  }
+  bulk_wait_all();  // the last addition complete (its writes performed)
+  if (raise) release_turn(raise);
 }
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
@@ -210,16 +195,17 @@ template <int kD, class T, class Mask>
 __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
                                              const BwdSteps& st) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kM = BwdSmem<kD>::kM, kE = kM / 2;  // S^T's elements a thread: 64 keys x kM queries
+  using Bits = std::conditional_t<(kE > 32), uint64_t, uint32_t>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   const bool softcap = f.transform == cuda::ScoreTransform::kSoftcap;
-  // dQ = dS K: D = 128, each warpgroup dQ's 64 columns of chunk w over all 128 keys; D = 64,
-  // each all 64 columns over its own 64 keys (dS's key chunk w, K's rows 64 w on).
-  const int dq_chunk = kD == 128 ? w : 0, dq_k0 = kD == 128 ? 0 : 4 * w;
-  constexpr int kDqSteps = kD == 128 ? kBwdBlockN / 16 : 64 / 16;
+  // dQ = dS K over all 128 keys: this warpgroup's 64 x 64 part, rows dq_row on of dS and the
+  // 64 columns of K's chunk dq_col / 64.
+  const int dq_row = dq_part_row(w, kD), dq_col = dq_part_col(w, kD);
 
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
@@ -229,92 +215,104 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   for (int64_t i = 0; i < st.count; ++i) {
     const int stage = static_cast<int>(i & 1);
     const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
-    const int q0 = st.block(i) * kBwdBlockM;
+    const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
-    const float* dsum = lse2 + kBwdBlockM;
-    float s[32], dp[32];
-    gemm_rows<kD, kBf16>(s, sm.k() + 64 * w * 128, kBwdBlockN, sm.q(stage));      // S^T = K Q^T
-    gemm_rows<kD, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
+    const float* dsum = lse2 + kM;
+    float s[kE], dp[kE];
+    gemm_rows<kD, kM, kBf16>(s, sm.k() + 64 * w * 128, kBwdBlockN, sm.q(stage));      // S^T = K Q^T
+    gemm_rows<kD, kM, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
 
     // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo. Bit e
     // of `seen` says whether element e is, set before the element loops, which load lse2 and
     // dsum unconditionally and select after: a load under the mask's condition became a
     // branch whose phi copies moved accumulators between wgmmas, and ptxas serialized them
     // (C7511 / C7517).
-    const bool masked = q0 + kBwdBlockM > len_q || k0 + kBwdBlockN > len_k ||
-                        band.needs_mask(q0, min(q0 + kBwdBlockM, len_q), k0, kBwdBlockN, Mask::kMasks);
-    uint32_t seen = 0xffffffffu;
+    const bool masked = q0 + kM > len_q || k0 + kBwdBlockN > len_k ||
+                        band.needs_mask(q0, min(q0 + kM, len_q), k0, kBwdBlockN, Mask::kMasks);
+    Bits seen = ~Bits{0};
     if (masked) {
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < kE; ++e) {
         const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
         if (!(key < len_k && c < len_q - q0 && c >= key - band.hi + 1 - q0 && c < key - band.lo + 1 - q0))
-          seen &= ~(1u << e);
+          seen &= ~(Bits{1} << e);
       }
     }
     const auto prob_at = [&](int e, float t) {  // P^T of element e from its transformed score
       const float prob = cuda::ex2(fmaf(t, f.post, -lse2[acc_col(e, lane)]));
-      return (seen >> e) & 1u ? prob : 0.0f;
+      return (seen >> e) & 1 ? prob : 0.0f;
     };
     // P^T once S^T has landed, while dP^T is still in the tensor cores; dS^T = P^T (dP^T - dsum)
-    // after it lands, while dV's GEMM runs. With softcap dS^T needs tanh's 1 - t^2, so both are
-    // awaited and dS^T computed beside P^T. Every path waits for dP^T before reading it (ptxas
-    // serializes all the wgmmas where one path might read a pending accumulator).
+    // after it lands, while dV's GEMM runs. With softcap dS^T needs tanh's 1 - t^2, and at kM =
+    // 128 P^T's fragments beside S^T, dP^T, dK and dV would take 224 registers, so there both
+    // are awaited and dS^T computed beside P^T. Every path waits for dP^T before reading it
+    // (ptxas serializes all the wgmmas where one path might read a pending accumulator).
+    constexpr bool kBothFirst = kM > 64;
+    const bool negate = f.transform == cuda::ScoreTransform::kNegate;
     if (softcap) {
       wgmma_wait<0>();
-      fence_operands<32>(s);
-      fence_operands<32>(dp);
+      fence_operands<kE>(s);
+      fence_operands<kE>(dp);
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < kE; ++e) {
         const float t = cuda::tanh_via_ex2(s[e] * f.pre), prob = prob_at(e, t);
         s[e] = prob;
         const float ds = prob * (dp[e] - dsum[acc_col(e, lane)]) * (1.0f - t * t);
-        dp[e] = (seen >> e) & 1u ? ds : 0.0f;
+        dp[e] = (seen >> e) & 1 ? ds : 0.0f;
+      }
+    } else if (kBothFirst) {
+      wgmma_wait<0>();
+      fence_operands<kE>(s);
+      fence_operands<kE>(dp);
+#pragma unroll
+      for (int e = 0; e < kE; ++e) {
+        s[e] = prob_at(e, negate ? -s[e] : s[e]);
+        const float ds = s[e] * (dp[e] - dsum[acc_col(e, lane)]);
+        dp[e] = (seen >> e) & 1 ? ds : 0.0f;
       }
     } else {
       wgmma_wait<1>();
-      fence_operands<32>(s);
-      const bool negate = f.transform == cuda::ScoreTransform::kNegate;
+      fence_operands<kE>(s);
 #pragma unroll
-      for (int e = 0; e < 32; ++e) s[e] = prob_at(e, negate ? -s[e] : s[e]);
+      for (int e = 0; e < kE; ++e) s[e] = prob_at(e, negate ? -s[e] : s[e]);
     }
-    uint32_t fp[4][4], fs[4][4];
+    uint32_t fp[kM / 16][4], fs[kM / 16][4];
     pack_frag<T>(fp, s);
     wgmma_fence();
-    gemm_frag<kD, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
+    gemm_frag<kD, kM, kBf16>(dv, fp, sm.dout(stage));  // dV += P^T dO
     wgmma_commit();
-    wgmma_wait<1>();  // dP^T (with softcap long since)
-    fence_operands<32>(dp);
-    if (!softcap) {
+    wgmma_wait<1>();  // dP^T (where dS^T was computed above, long since)
+    fence_operands<kE>(dp);
+    if (!softcap && !kBothFirst) {
 #pragma unroll
-      for (int e = 0; e < 32; ++e) {
+      for (int e = 0; e < kE; ++e) {
         const float ds = s[e] * (dp[e] - dsum[acc_col(e, lane)]);
-        dp[e] = (seen >> e) & 1u ? ds : 0.0f;
+        dp[e] = (seen >> e) & 1 ? ds : 0.0f;
       }
     }
     pack_frag<T>(fs, dp);
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
     // Four stmatrix .trans a thread, each 8 x 8 block of keys by queries stored as 8 query rows
     // of 16 bytes (bwd_layout.h).
-    const uint32_t ds_base = smem_addr(sm.ds() + w * kBwdBlockM * 128);
+    const uint32_t ds_base = smem_addr(sm.ds() + w * kM * 128);
 #pragma unroll
-    for (int m = 0; m < 4; ++m)
+    for (int m = 0; m < kM / 16; ++m)
       stmatrix_x4_trans(ds_base + ds_stmatrix_offset(m, warp, lane), fs[m][0], fs[m][1], fs[m][2], fs[m][3]);
     wgmma_fence();
-    gemm_frag<kD, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
+    gemm_frag<kD, kM, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
     wgmma_commit();
     fence_proxy_async();
     named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
     float dq[32];
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < kDqSteps; ++j) {
-      const int kk = dq_k0 + j;  // keys 16 kk on
-      const uint64_t da = make_smem_desc(sm.ds() + (kk / 4) * kBwdBlockM * 128 + 32 * (kk % 4), 16, 1024);
+    for (int kk = 0; kk < kBwdBlockN / 16; ++kk) {  // keys 16 kk on
+      const uint64_t da =
+          make_smem_desc(sm.ds() + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
       const uint64_t db =
-          make_smem_desc(sm.k() + dq_chunk * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
-      WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, j > 0 ? 1u : 0u);
+          make_smem_desc(sm.k() + dq_col / 64 * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
+      WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -327,11 +325,11 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     // rows each of them read).
     named_sync(2, 2 * kWarpgroupThreads);
     mbarrier_arrive(sm.qdo_empty(stage));
-    // dQ into half w of the staging buffer the writer has released, in the accumulators' order
-    // (bwd.h: dq_accum), 512 contiguous bytes a warp's store.
+    // dQ into part w of the staging buffer the writer has released, in the accumulators' order
+    // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
     const int buf = static_cast<int>(i & 1);
     mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
-    float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * kBwdBlockM * 64);
+    float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * 64 * 64);
 #pragma unroll
     for (int g = 0; g < 8; ++g)
       out[g * kWarpgroupThreads + tid] = make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
@@ -372,7 +370,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   st.group = f.group;
   const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
-  bwd_query_blocks(band, n_block, len_q, kBwdBlockM, kBwdBlockN, &st.m_begin, &st.m_count);
+  bwd_query_blocks(band, n_block, len_q, Smem::kM, kBwdBlockN, &st.m_begin, &st.m_count);
   st.count = int64_t{st.m_count} * f.group;
 
   if (threadIdx.x == 0) {
@@ -381,23 +379,23 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       mbarrier_init(sm.qdo_full(s), 1 + 32);  // the loader's lane 0 with its bytes, then its 32 lanes
       mbarrier_init(sm.qdo_empty(s), 2 * kWarpgroupThreads);
       mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
-      mbarrier_init(sm.dq_empty(s), 32);                    // the writer warp's lanes
+      mbarrier_init(sm.dq_empty(s), 1);                     // the writer's bulk reduction has read it
     }
     fence_barrier_init();
   }
   __syncthreads();
   const int wg = warpgroup_index();
-  if (wg == 2) {  // the producer: registers back, then its first warp loads and its second adds dQ
+  if (wg == 2) {  // the producer: registers back, then its first warp loads and a lane of its second adds dQ
     warpgroup_reg_dealloc<24>();
-    const int warp = static_cast<int>(threadIdx.x / 32) % 4;
+    const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
       bwd_loader<kD>(sm, p, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
-    } else if (warp == 1) {
+    } else if (warp == 1 && lane == 0) {
       // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
       // block, so it reaches each block later than this one (bwd_order.h).
       int prev_begin = 0, prev_count = 0;
       if (n_block > 0)
-        bwd_query_blocks(band, n_block - 1, len_q, kBwdBlockM, kBwdBlockN, &prev_begin, &prev_count);
+        bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, kBwdBlockN, &prev_begin, &prev_count);
       bwd_dq_writer<kD, Mask>(sm, p, st, n_block, order.deferred(n_block, st.m_begin, prev_begin));
     }
     return;

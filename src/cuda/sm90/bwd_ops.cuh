@@ -39,36 +39,36 @@ __device__ __forceinline__ void release_turn(int* counter) {
   atomicAdd(counter, 1);
 }
 
-// The step's GEMM of two shared-memory tiles, m64n64, K = D: rows `a` (64 of a K-major tile)
-// times the 64 rows of `b` transposed.
-template <int kD, bool kBf16>
+// The step's GEMM of two shared-memory tiles, m64 x kM, K = D: rows `a` (64 of a K-major tile
+// of a_rows rows) times the kM rows of `b` (a K-major [D / 64][kM][64] tile) transposed.
+template <int kD, int kM, bool kBf16>
 __device__ __forceinline__ void gemm_rows(float* acc, const uint8_t* a, int a_rows, const uint8_t* b) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const int c = kk / 4, within = 32 * (kk % 4);
     const uint64_t da = make_smem_desc(a + c * a_rows * 128 + within, 16, 1024);
-    const uint64_t db = make_smem_desc(b + c * kBwdBlockM * 128 + within, 16, 1024);
-    WgmmaOp<64, kBf16>::template ss<0>(acc, da, db, kk > 0 ? 1u : 0u);
+    const uint64_t db = make_smem_desc(b + c * kM * 128 + within, 16, 1024);
+    WgmmaOp<kM, kBf16>::template ss<0>(acc, da, db, kk > 0 ? 1u : 0u);
   }
   wgmma_commit();
 }
 
-// acc (64 keys x D) += frag (64 keys x 64 rows, registers) times the step's [64 rows][D] tile.
-template <int kD, bool kBf16>
+// acc (64 keys x D) += frag (64 keys x kM rows, registers) times the step's [kM rows][D] tile.
+template <int kD, int kM, bool kBf16>
 __device__ __forceinline__ void gemm_frag(float* acc, const uint32_t (*frag)[4], const uint8_t* rows) {
 #pragma unroll
-  for (int kk = 0; kk < kBwdBlockM / 16; ++kk) {
-    const uint64_t db = make_smem_desc(rows + 2048 * kk, kBwdBlockM * 128, 1024);
+  for (int kk = 0; kk < kM / 16; ++kk) {
+    const uint64_t db = make_smem_desc(rows + 2048 * kk, kM * 128, 1024);
     WgmmaOp<kD, kBf16>::template rs<1>(acc, frag[kk], db, 1u);
   }
 }
 
-// An m64n64 accumulator tile as the A registers of a wgmma (two elements a register).
-template <class T>
-__device__ __forceinline__ void pack_frag(uint32_t (&frag)[4][4], const float* x) {
+// An m64 x 16 kSteps accumulator tile as the A registers of a wgmma (two elements a register).
+template <class T, int kSteps>
+__device__ __forceinline__ void pack_frag(uint32_t (&frag)[kSteps][4], const float* x) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) frag[kk][r] = cuda::pack2<T>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
 }
