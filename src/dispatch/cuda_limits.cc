@@ -140,12 +140,10 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 // Measured on an H200 (bf16, bench/results/gpu_backward_h200_2026-12-02_9e5be2f*.json): at head
 // dim 128 the sm90 backward is ahead everywhere; at 64 it is ahead without deterministic mode
 // (1.07-1.16x the sm80 kernels) except on masked rows shorter than 4k keys (causal L = 1k: 0.96x),
-// and behind with it (0.80-0.98x: its fixed dQ order waits, the sm80 dQ pass does not).
-bool sm90_backward_measured_ahead(const BackwardParams& b) {
-  const AttnParams& p = b.fwd;
-  const bool masked = p.window_left >= 0 || p.window_right >= 0;
-  return p.head_dim == 128 || (p.head_dim == 64 && !b.deterministic && (!masked || p.seqlen_k >= 4096));
-}
+// and behind with it (0.80-0.98x: its fixed dQ order waits, the sm80 dQ pass does not). Those
+// D = 64 figures are of its 64-row steps; the 128-row steps that replaced them (bwd.h) have not
+// yet run on a GPU, so until they have, D = 64 runs the sm80 kernels unless sm90 is asked for.
+bool sm90_backward_measured_ahead(const BackwardParams& b) { return b.fwd.head_dim == 128; }
 
 bool sm90_backward_preferred(const BackwardParams& b) {
   return sm90_backward_measured_ahead(b) && sm90_backward_rejects(b).ok();

@@ -168,11 +168,8 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
 });
 
 // By default, on Hopper, head dim 128 runs the sm90 backward (the same bits as asking for it,
-// in deterministic mode), 64 in deterministic mode and on short causal rows the sm80 kernels,
-// and 64 without a mask and without deterministic mode the sm90 one (its dK and dV, which no
-// atomics touch, bit for bit). At D = 128 the sm80 kernels sum dK and dV over the same 64-row
-// query blocks in the same order and give the same bits at that shape (measured on an H200), so
-// the bits cannot tell the two apart there: the rule itself is tested by
+// in deterministic mode) and 64 the sm80 kernels (the sm90 kernel's 128-row steps at D = 64 are
+// taken by default once measured on a GPU: cuda_limits.cc). The rule itself is tested by
 // Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
@@ -187,13 +184,6 @@ TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
     o.kernel = d == 128 ? Kernel::kCudaSm90 : Kernel::kCudaSm80;
     EXPECT_TRUE(test::same_bits(gpu_backward(bc, o), by_default)) << "D " << d;
   }
-  Problem p = make(2, 150, 260, 4, 2, 64, DType::kBFloat16);
-  const BackwardCase bc(p);
-  const Grads by_default = gpu_backward(bc, p.options);
-  Options o = p.options;
-  o.kernel = Kernel::kCudaSm90;
-  const Grads sm90 = gpu_backward(bc, o);
-  EXPECT_TRUE(sm90.dk.bytes() == by_default.dk.bytes() && sm90.dv.bytes() == by_default.dv.bytes());
 }
 
 // Deterministic mode orders the fp32 dQ additions by key block: the same bits over 1000 runs at

@@ -8,5 +8,11 @@ void tune_d64(const Buffers& b, bool causal) {
   time_one<Cfg<64, 128, 2, 2, true, true>>(b, causal);
   // The default with each consumer skipping the causal tile's blocks past its own rows.
   time_one<Cfg<64, 128, 2, 3, true, true, true, false, true>>(b, causal);
+  // Short causal rows at block_n 64: half the keys a diagonal block computes past a row's last,
+  // against twice the steps (block_n 96 lost 8-10% non-causal, tile_config.h). With the skip
+  // and without; and two consumers with the skip.
+  time_one<Cfg<64, 64, 2, 3, true, true>>(b, causal);
+  time_one<Cfg<64, 64, 2, 3, true, true, true, false, true>>(b, causal);
+  time_one<Cfg<64, 128, 2, 2, true, true, true, false, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune
