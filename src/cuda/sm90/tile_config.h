@@ -24,6 +24,9 @@ struct TileConfig {
   // idle_tile does (mainloop.cuh). A tuning variant (tests/cuda_sm90/tune_sm90) until an H200
   // has timed it.
   bool skip_masked_tail = false;
+  // Each row's softmax max and sum as this many interleaved chains, the base moved without a
+  // branch (softmax.cuh, BlockSoftmax). A tuning variant until an H200 has timed it.
+  int softmax_chains = 1;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
