@@ -277,12 +277,13 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   const int shift = p.pack_shift;
   const int rows_first = w.m0 + 64 * consumer;
   const int row0 = rows_first + 16 * warp + lane / 4;  // half 0; half 1 is row0 + 8
-  BlockSoftmax<kN, Mask::kMasks, kCfg.softmax_chains> softmax{p,
-                                         tile_band<Mask>(w.len_q, w.len_k, p.window_left, p.window_right),
-                                         rows_first >> shift,
-                                         (rows_first + 63) >> shift,
-                                         {row0 >> shift, (row0 + 8) >> shift},
-                                         lane % 4};
+  BlockSoftmax<kN, Mask::kMasks, kCfg.softmax_chains> softmax{
+      p,
+      tile_band<Mask>(w.len_q, w.len_k, p.window_left, p.window_right),
+      rows_first >> shift,
+      (rows_first + 63) >> shift,
+      {row0 >> shift, (row0 + 8) >> shift},
+      lane % 4};
   const Gemms<Cfg, T> gemm{sm, consumer};
   const Turns<Cfg> turn{consumer};
 
