@@ -38,8 +38,12 @@ struct Epilogue {
     const int64_t rows_first = w.m0 + 64 * consumer;  // tile row of this consumer's row 0
     if (kServing && p.splits > 1) {
       store_partial(o, total, w, rows_first, warp, g, q);  // merged after the CTA's tiles (merge_if_last)
-      if constexpr (kCfg.persistent && !kCfg.o_apart())
+      if constexpr (kCfg.persistent && kCfg.o_in_q())
         if (tid == 0) mbarrier_arrive(sm.q_empty());  // Q's rows were not needed for staging
+      return;
+    }
+    if constexpr (kCfg.o_direct) {
+      store_direct(o, total, w, rows_first, warp, g, q);
       return;
     }
     const int epilogue_barrier = 1 + kCfg.consumers + consumer;
@@ -71,7 +75,7 @@ struct Epilogue {
     named_sync(epilogue_barrier, kWarpgroupThreads);
     if (kServing && p.seqs.varlen_q()) {
       copy_rows(rows_smem, w, rows_first, tid);
-      if constexpr (kCfg.persistent && !kCfg.o_apart()) {
+      if constexpr (kCfg.persistent && kCfg.o_in_q()) {
         named_sync(epilogue_barrier, kWarpgroupThreads);  // every row read before the next Q lands
         if (tid == 0) mbarrier_arrive(sm.q_empty());
       }
@@ -86,7 +90,7 @@ struct Epilogue {
       tma_store_commit();
       tma_store_wait_read();  // the rows may be reused (or the CTA exit) once the store read them
       // Persistent CTAs, O in Q's rows: the next tile's Q may load into them now.
-      if constexpr (kCfg.persistent && !kCfg.o_apart()) mbarrier_arrive(sm.q_empty());
+      if constexpr (kCfg.persistent && kCfg.o_in_q()) mbarrier_arrive(sm.q_empty());
     }
     __syncwarp();  // warp 0 converged again before any later bar.sync or wgmma
   }
@@ -106,6 +110,28 @@ struct Epilogue {
   }
 
  private:
+  // O / l straight from the accumulators (TileConfig::o_direct): the two columns a thread holds
+  // side by side, one 4-byte store; rows past the sequence's positions are not written.
+  __device__ __forceinline__ void store_direct(const float* o, const SoftmaxRow (&total)[2], const Work& w,
+                                               int64_t rows_first, int warp, int g, int q) const {
+    T* const out = static_cast<T*>(p.out) + w.b * p.o_sb;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = rows_first + 16 * warp + g + 8 * half, pos = row >> p.pack_shift;
+      if (pos >= w.len_q) continue;
+      const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1));
+      const bool empty = total[half].l == 0.0f;  // a row that saw no key is exactly 0
+      const float inv_l = empty ? 0.0f : total[half].inv_l();
+      T* const dst = out + (w.q_start + pos) * p.o_sl + head * p.o_sh + 2 * q;
+#pragma unroll
+      for (int i = 2 * half; i < kD / 2; i += 4)
+        *reinterpret_cast<uint32_t*>(dst + 8 * (i >> 2)) =
+            cuda::pack2<T>(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
+      if (p.lse && q == 0)
+        p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = total[half].lse();
+    }
+  }
+
   // Packed varlen q: the staged rows of this sequence, 16 bytes a store; rows past its end (the
   // next sequence's) are left alone.
   __device__ __forceinline__ void copy_rows(const uint8_t* rows_smem, const Work& w, int64_t rows_first,

@@ -55,7 +55,7 @@ __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm, bool v_warps)
   mbarrier_init(sm.v_tail(), 1);
   if constexpr (kCfg.persistent) {
     // Released by every consumer warp, or with O in Q's rows, by each consumer's storing thread.
-    mbarrier_init(sm.q_empty(), kCfg.o_apart() ? 4 * kCfg.consumers : kCfg.consumers);
+    mbarrier_init(sm.q_empty(), kCfg.o_in_q() ? kCfg.consumers : 4 * kCfg.consumers);
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.tile_full(s), 1);
       mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers + (v_warps ? VWarps::kThreads / 32 : 0));

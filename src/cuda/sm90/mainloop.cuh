@@ -367,8 +367,9 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
     }
     if constexpr (kCfg.skip_masked_tail) idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps, own + 1);
   }
-  // Every GEMM reading this Q is done: with O apart, the next tile's Q may load now.
-  if constexpr (kCfg.o_apart()) release(sm.q_empty(), lane);
+  // Every GEMM reading this Q is done: with O apart or stored directly, the next tile's Q may
+  // load now.
+  if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
   Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
 }

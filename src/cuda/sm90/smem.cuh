@@ -9,7 +9,7 @@
 namespace tileattn::detail::sm90 {
 
 // Carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring, O when it has its
-// own (TileConfig::o_apart), then the barriers.
+// own (TileConfig::o_apart; none with o_direct), then the barriers.
 template <class Cfg>
 struct Smem {
   static constexpr TileConfig kCfg = Cfg::kCfg;

@@ -27,6 +27,11 @@ struct TileConfig {
   // Each row's softmax max and sum as this many interleaved chains, the base moved without a
   // branch (softmax.cuh, BlockSoftmax). A tuning variant until an H200 has timed it.
   int softmax_chains = 1;
+  // O / l written from the accumulators to global memory, two elements a 4-byte store, instead
+  // of staged in shared memory for a TMA store (epilogue.cuh): persistent CTAs at D = 256, where
+  // O has no room of its own, can then load the next tile's Q during the epilogue. A tuning
+  // variant until an H200 has timed it.
+  bool o_direct = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -50,8 +55,12 @@ struct TileConfig {
   constexpr int bytes_but_o() const {
     return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes();
   }
-  constexpr bool o_apart() const { return persistent && bytes_but_o() + q_bytes() <= 227 * 1024; }
+  constexpr bool o_apart() const {
+    return persistent && !o_direct && bytes_but_o() + q_bytes() <= 227 * 1024;
+  }
   constexpr int o_bytes() const { return o_apart() ? q_bytes() : 0; }
+  // O staged in Q's rows: a persistent CTA's next Q waits for the epilogue's store to read them.
+  constexpr bool o_in_q() const { return !o_apart() && !o_direct; }
   constexpr int smem_bytes() const { return bytes_but_o() + o_bytes(); }
 };
 
