@@ -24,9 +24,11 @@ struct Replay {
   int64_t resident = 0;  // SM time they hold, waits included
 };
 
+// delayed: a raised counter is seen from the next time unit on (an addition's completion takes
+// time), else at once (ties count as no wait).
 template <class Mask>
 Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool deterministic_banded,
-              int slots) {
+              int slots, bool delayed = false) {
   const TileBand band = tile_band<Mask>(len_q, len_k, left, right);
   const int n_blocks = (len_k + kN - 1) / kN, m_blocks = (len_q + kM - 1) / kM;
   const DqOrder order{deterministic_banded};
@@ -59,19 +61,29 @@ Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool
   std::vector<int> counter(static_cast<size_t>(m_blocks) * group, 0), last(counter.size(), -1);
   size_t next = 0, running = 0, done = 0;
   std::vector<size_t> live;
+  std::vector<int> raised;  // delayed: counters raised in this time unit, seen from the next one
+  bool moved = true;
+  auto raise_counter = [&](int blk) {
+    if (delayed)
+      raised.push_back(blk);
+    else
+      ++counter[blk], moved = true;
+  };
   for (int64_t t = 0; done < ctas.size(); ++t) {
+    for (int blk : raised) ++counter[blk];
+    raised.clear();
     if (t > 4 * (int64_t{m_blocks} * group + n_blocks) * (n_blocks + 1)) return r.ok = false, r;  // a cycle
     while (running < static_cast<size_t>(slots) && next < ctas.size()) {
       ctas[next].start = t, ctas[next].ready = t + 1;
       live.push_back(next++), ++running;
     }
-    for (bool moved = true; moved;) {  // raises at one time unit may enable others at the same one
+    for (moved = true; moved;) {  // raises (not delayed) and ends may enable others in the same unit
       moved = false;
       for (size_t& i : live) {
         if (i == SIZE_MAX) continue;
         Cta& c = ctas[i];
         if (c.step == c.steps) {  // ends: its last deferred raise
-          if (c.raise >= 0) ++counter[c.raise];
+          if (c.raise >= 0) raise_counter(c.raise);
           i = SIZE_MAX, --running, ++done, moved = true;
           r.makespan = std::max(r.makespan, t);
           r.resident += t - c.start;
@@ -81,7 +93,7 @@ Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool
         const int h = static_cast<int>(c.step / c.m_count),
                   m = c.m_begin + static_cast<int>(c.step % c.m_count);
         const int blk = h * m_blocks + m;
-        if (!c.reached && c.raise >= 0) ++counter[c.raise], c.raise = -1, moved = true;
+        if (!c.reached && c.raise >= 0) raise_counter(c.raise), c.raise = -1;
         c.reached = true;
         int nb = 0, ne = 0;
         band.key_blocks(m * kM, std::min(m * kM + kM, len_q), kN, &nb, &ne);
@@ -89,12 +101,13 @@ Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool
         if (c.defer)
           c.raise = blk;
         else
-          ++counter[blk];
+          raise_counter(blk);
         last[blk] = c.n;
         ++c.step, c.ready = t + 1, c.reached = false, moved = true;
       }
     }
   }
+  for (int blk : raised) ++counter[blk];  // the last time unit's
   for (int h = 0; h < group; ++h)
     for (int m = 0; m < m_blocks; ++m) {
       int nb = 0, ne = 0;
@@ -128,7 +141,9 @@ TEST(Sm90DqOrder, EveryTurnComesOnAnySmCount) {
 // first query block: about twice the SM time (at block_m 64; at 128 a key block's first query
 // block comes one step after its predecessor's, not two). With Lk > Lq the first key blocks all
 // start on query block 0 (every row sees them) and raise at once, or each would wait a step for
-// the last.
+// the last. With Lq = Lk no CTA waits either when a raise is only seen a step later: the
+// deferred raises (block_m 64) come a step before they are needed, the immediate ones (block_m
+// 128, where a deferred raise would come exactly when needed) a step before too.
 TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
   for (int block_m : {64, 128})
     for (auto [lq, lk] : {std::pair{1024, 1024}, {4096, 4096}, {8192, 8192}, {1024, 4096}})
@@ -140,6 +155,9 @@ TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
         ASSERT_TRUE(banded.ok && ascending.ok);
         EXPECT_EQ(banded.resident, banded.work);
         if (lq == lk) {
+          const Replay delayed = replay<WindowMask>(block_m, lq, lk, -1, 0, group, true, 132, true);
+          ASSERT_TRUE(delayed.ok);
+          EXPECT_EQ(delayed.resident, delayed.work);
           EXPECT_GE(ascending.resident, (block_m == 64 ? 3 : 5) * ascending.work / (block_m == 64 ? 2 : 4));
         }
       }

@@ -10,11 +10,14 @@
 //   - Banded (causal, windows): key block n's first query block comes later the larger n is,
 //     so ascending n would hold CTA n until CTA 0 reached its first block. The CTAs launch from
 //     the last key block down and add in descending n: the key block before a CTA in the order
-//     visited the block two steps earlier (at block_n = 2 block_m), so nobody waits. A CTA whose
-//     successor n - 1 starts on an earlier query block raises its counter at its next addition,
-//     when the addition has long completed, instead of waiting for the completion right after
-//     issuing it; key blocks that start on the same query block (those every query row sees,
-//     Lk > Lq) visit it at the same step and raise at once.
+//     visited the block block_n / block_m steps earlier (two at D = 128's 64-row blocks, one at
+//     D = 64's 128), so nobody waits. A CTA whose successor n - 1 starts two or more query
+//     blocks earlier raises its counter at its next addition, when the addition has long
+//     completed, instead of waiting for the completion right after issuing it (its successor
+//     needs it a step after that); with one block between them (block_m = block_n) it raises
+//     once its addition completes, as the successor needs it at its next step. Key blocks that
+//     start on the same query block (those every query row sees, Lk > Lq) visit it at the same
+//     step and raise at once.
 #pragma once
 
 #include "common/host_device.h"
@@ -44,7 +47,7 @@ struct DqOrder {
   // Whether key block n raises its counters at its next addition (or its end) rather than
   // right after each one: m_begin of n and of n - 1 (bwd_kernel.cuh: TileBand::query_rows).
   TILEATTN_HD bool deferred(int n, int first_block, int successor_first_block) const {
-    return banded && (n == 0 || successor_first_block < first_block);
+    return banded && (n == 0 || successor_first_block + 1 < first_block);
   }
 };
 
