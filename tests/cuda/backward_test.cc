@@ -34,21 +34,14 @@ Problem make(int64_t b, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t
 
 std::vector<Problem> dense_cases() {
   std::vector<Problem> out;
+  // The last two: D = 64 over several of the sm90 backward's 128-row query blocks, the last one
+  // less and more than half full, GQA, Lk > Lq.
   const struct {
     int64_t b, lq, lk, hq, hkv, d;
-  } shapes[] = {{1, 1, 1, 2, 1, 64},
-                {2, 17, 63, 4, 2, 40},
-                {1, 65, 64, 2, 2, 64},
-                {1, 113, 203, 8, 1, 128},
-                {1, 203, 113, 2, 1, 96},
-                {1, 257, 129, 6, 3, 128},
-                {1, 130, 70, 2, 2, 256},
-                {1, 64, 200, 4, 4, 200},
-                {2, 1023, 1025, 2, 1, 128},
-                // D = 64 over several of the sm90 backward's 128-row query blocks, the last one
-                // less and more than half full, GQA, Lk > Lq.
-                {1, 300, 330, 4, 2, 64},
-                {2, 230, 1025, 4, 1, 64}};
+  } shapes[] = {{1, 1, 1, 2, 1, 64},      {2, 17, 63, 4, 2, 40},   {1, 65, 64, 2, 2, 64},
+                {1, 113, 203, 8, 1, 128}, {1, 203, 113, 2, 1, 96}, {1, 257, 129, 6, 3, 128},
+                {1, 130, 70, 2, 2, 256},  {1, 64, 200, 4, 4, 200}, {2, 1023, 1025, 2, 1, 128},
+                {1, 300, 330, 4, 2, 64},  {2, 230, 1025, 4, 1, 64}};
   for (const auto& s : shapes)
     for (DType dtype : {DType::kBFloat16, DType::kFloat16})
       for (int mask = 0; mask < 4; ++mask) {
