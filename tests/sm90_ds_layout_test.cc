@@ -1,6 +1,6 @@
 // sm90_ds_layout_test.cc: the sm90 backward's dS store and dQ staging (bwd_layout.h) replayed
 // on the CPU. Each thread's stmatrix .x4 .trans (its semantics checked on the device by
-// Sm90Blocks.StmatrixStoresRowsOrColumnsAsRows) must put every element of dS^T, key r and query
+// Sm90Blocks.StmatrixTransStoresColumnsAsRows) must put every element of dS^T, key r and query
 // c, at dS's swizzled offset of (c, r), and fill the chunk's block_m x 64 elements once each.
 // dQ's accumulators, stored by the consumers in their order, must be read back by dq_convert's
 // mapping (dq_accum_pos) at their own row and column.

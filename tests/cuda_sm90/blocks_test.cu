@@ -223,45 +223,35 @@ TEST(Sm90Blocks, SetmaxnregMovesRegistersBetweenWarpgroups) {
   for (int t = 0; t < 384; ++t) EXPECT_EQ(out[t], t < 128 ? 1 : 2 + t / 128) << "thread " << t;
 }
 
-// stmatrix .trans (wgmma.cuh), as the backward stores dS, and plain stmatrix, as the forward
-// stores P (TileConfig::p_in_smem): lane t's register q holds elements (row t / 4, columns
-// 2 (t % 4) and + 1) of matrix q, each element's value q * 64 + row * 8 + column; memory row i
-// of matrix q (at q * 128 + i * 16 bytes) must hold the matrix's column i (.trans), row i (plain).
-template <bool kTrans>
-__global__ void stmatrix_probe(uint16_t* out) {
+// stmatrix .trans (wgmma.cuh), as the backward stores dS: lane t's register q holds elements
+// (row t / 4, columns 2 (t % 4) and + 1) of matrix q, each element's value q * 64 + row * 8 +
+// column; memory row i of matrix q (at q * 128 + i * 16 bytes) must hold the matrix's column i.
+__global__ void stmatrix_trans_probe(uint16_t* out) {
   __shared__ alignas(128) uint16_t tile[4 * 64];
   const int t = threadIdx.x, row = t / 4, col = 2 * (t % 4);
   uint32_t r[4];
   for (int q = 0; q < 4; ++q)
     r[q] = static_cast<uint32_t>(q * 64 + row * 8 + col) |
            (static_cast<uint32_t>(q * 64 + row * 8 + col + 1) << 16);
-  if constexpr (kTrans)
-    stmatrix_x4_trans(smem_addr(tile) + (t / 8) * 128 + (t % 8) * 16, r[0], r[1], r[2], r[3]);
-  else
-    stmatrix_x4(smem_addr(tile) + (t / 8) * 128 + (t % 8) * 16, r[0], r[1], r[2], r[3]);
+  stmatrix_x4_trans(smem_addr(tile) + (t / 8) * 128 + (t % 8) * 16, r[0], r[1], r[2], r[3]);
   __syncwarp();
   for (int i = t; i < 4 * 64; i += 32) out[i] = tile[i];
 }
 
-TEST(Sm90Blocks, StmatrixStoresRowsOrColumnsAsRows) {
+TEST(Sm90Blocks, StmatrixTransStoresColumnsAsRows) {
   if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (bool trans : {true, false}) {
-    DeviceArray<uint16_t> dout(4 * 64);
-    TILEATTN_CUDA_CHECK(cudaMemset(dout.ptr, 0xff, 4 * 64 * sizeof(uint16_t)));
-    if (trans)
-      stmatrix_probe<true><<<1, 32>>>(dout.ptr);
-    else
-      stmatrix_probe<false><<<1, 32>>>(dout.ptr);
-    TILEATTN_CUDA_CHECK(cudaGetLastError());
-    TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> out(4 * 64);
-    TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, out.size() * 2, cudaMemcpyDeviceToHost));
-    for (int q = 0; q < 4; ++q)
-      for (int i = 0; i < 8; ++i)
-        for (int k = 0; k < 8; ++k)
-          ASSERT_EQ(out[q * 64 + i * 8 + k], trans ? q * 64 + k * 8 + i : q * 64 + i * 8 + k)
-              << (trans ? ".trans" : "plain") << " matrix " << q << " row " << i << " word " << k;
-  }
+  DeviceArray<uint16_t> dout(4 * 64);
+  TILEATTN_CUDA_CHECK(cudaMemset(dout.ptr, 0xff, 4 * 64 * sizeof(uint16_t)));
+  stmatrix_trans_probe<<<1, 32>>>(dout.ptr);
+  TILEATTN_CUDA_CHECK(cudaGetLastError());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> out(4 * 64);
+  TILEATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.ptr, out.size() * 2, cudaMemcpyDeviceToHost));
+  for (int q = 0; q < 4; ++q)
+    for (int i = 0; i < 8; ++i)
+      for (int k = 0; k < 8; ++k)
+        ASSERT_EQ(out[q * 64 + i * 8 + k], q * 64 + k * 8 + i)
+            << "matrix " << q << " row " << i << " word " << k;
 }
 
 // GQA packing's 5-D box (launch.cuh, packed_map_of): [B, L, H, D] viewed as (D, pack, H / pack, L,

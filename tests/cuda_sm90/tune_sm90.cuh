@@ -38,9 +38,9 @@ struct Buffers {
 void scatter_pages(const void* src, void* dst, const int32_t* table, int64_t pages, int64_t page_bytes);
 
 template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true, bool VWarps = false,
-          bool Skip = false, int Chains = 1, bool ODirect = false, bool PSmem = false>
+          bool Skip = false, int Chains = 1, bool ODirect = false>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps, Skip, Chains, ODirect, PSmem};
+  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps, Skip, Chains, ODirect};
 };
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
@@ -155,13 +155,13 @@ void time_one(const Buffers& buf, bool causal) {
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
       "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d skip=%d "
-      "chains=%d o_direct=%d p_smem=%d page=%d "
+      "chains=%d o_direct=%d page=%d "
       "smem=%6d causal=%d splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f "
       "GB/s "
       "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
-      c.skip_masked_tail, c.softmax_chains, c.o_direct, c.p_in_smem, buf.page_size, c.smem_bytes(), causal,
-      splits, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+      c.skip_masked_tail, c.softmax_chains, c.o_direct, buf.page_size, c.smem_bytes(), causal, splits,
+      static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
       static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
       diff);
 }

@@ -8,8 +8,5 @@ void tune_d128(const Buffers& b, bool causal) {
   time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 8>>(b, causal);
   // O written from the accumulators instead of staged for a TMA store.
   time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 1, true>>(b, causal);
-  // P V with P from shared memory, alone and with 4 softmax chains.
-  time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 1, false, true>>(b, causal);
-  time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 4, false, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -17,7 +17,5 @@ void tune_d64(const Buffers& b, bool causal) {
   // The softmax's max and sum as 4 chains a row, the base moved without a branch (the exp unit
   // and the softmax's latency bound D = 64 more than the tensor cores).
   time_one<Cfg<64, 128, 2, 3, true, true, true, false, false, 4>>(b, causal);
-  // P V with P from shared memory.
-  time_one<Cfg<64, 128, 2, 3, true, true, true, false, false, 1, false, true>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -212,32 +212,6 @@ struct Gemms {
     }
     wgmma_commit();
   }
-  // The same with P from this consumer's shared memory (TileConfig::p_in_smem), K-major.
-  __device__ __forceinline__ void pv_smem(float* o, int stage) const {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const uint64_t dp = make_smem_desc(sm.p(consumer) + (kk / 4) * 64 * 128 + 32 * (kk % 4), 16, 1024);
-      const uint64_t dv = make_smem_desc(sm.v(stage) + 2048 * kk, kN * 128, 1024);
-      WgmmaOp<kD, kBf16>::template ss<1>(o, dp, dv, 1u);
-    }
-    wgmma_commit();
-  }
-  // Stores P's fragments (to_fragments' order) into this consumer's shared memory: k-step kk's
-  // four 8 x 8 matrices by one stmatrix, lane 8 q + i addressing row i of matrix q (rows
-  // 8 (q % 2) on, columns 16 kk + 8 (q / 2) on), 16-byte unit u of row r at u ^ (r % 8).
-  __device__ __forceinline__ void store_p(const uint32_t (*pa)[4], int warp, int lane) const {
-    const int q = lane / 8, r = 16 * warp + 8 * (q % 2) + lane % 8;
-    const uint32_t base = smem_addr(sm.p(consumer)) + r * 128;
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const int unit = 2 * (kk % 4) + q / 2;
-      stmatrix_x4(base + (kk / 4) * 64 * 128 + ((unit ^ (lane % 8)) << 4), pa[kk][0], pa[kk][1], pa[kk][2],
-                  pa[kk][3]);
-    }
-    fence_proxy_async();  // visible to the wgmma that reads them; each warp reads its own 16 rows
-    __syncwarp();
-  }
 };
 
 // One lane per warp arrives on a ring's "empty" barrier (count: 4 x consumers).
@@ -318,20 +292,12 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
   float s[kN / 2];
   uint32_t pa[kN / 16][4];
-  // Weights to wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs (with
-  // p_in_smem then stored to shared memory, where P V reads them).
+  // Weights to wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
   auto to_fragments = [&] {
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = cuda::pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-    if constexpr (Cfg::kCfg.p_in_smem) gemm.store_p(pa, warp, lane);
-  };
-  auto pv = [&](int stage) {
-    if constexpr (Cfg::kCfg.p_in_smem)
-      gemm.pv_smem(o, stage);
-    else
-      gemm.pv(o, pa, stage);
   };
   const int k_first = w.n_begin * kN;
 
@@ -363,7 +329,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       if (v_warps) fence_proxy_async();
       turn.wait();
       gemm.scores(s, sk.stage);
-      pv(sv.stage);
+      gemm.pv(o, pa, sv.stage);
       turn.pass(false);
       wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
       fence_operands<kN / 2>(s);
@@ -392,7 +358,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       }
       if (own < blocks) mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       turn.wait();
-      pv(sv.stage);
+      gemm.pv(o, pa, sv.stage);
       turn.pass(own == blocks);
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);

@@ -9,7 +9,7 @@
 namespace tileattn::detail::sm90 {
 
 // Carved from the 1024-aligned dynamic allocation: Q, the K ring, the V ring, O when it has its
-// own (TileConfig::o_apart; none with o_direct), P with p_in_smem, then the barriers.
+// own (TileConfig::o_apart; none with o_direct), then the barriers.
 template <class Cfg>
 struct Smem {
   static constexpr TileConfig kCfg = Cfg::kCfg;
@@ -18,10 +18,8 @@ struct Smem {
   __device__ uint8_t* k(int stage) const { return base + kCfg.q_bytes() + stage * kCfg.kv_bytes(); }
   __device__ uint8_t* v(int stage) const { return k(kCfg.stages + stage); }
   __device__ uint8_t* o() const { return kCfg.o_apart() ? k(2 * kCfg.stages) : q(); }
-  // Consumer c's P ([block_n / 64][64 rows][64], swizzled as Q), with TileConfig::p_in_smem.
-  __device__ uint8_t* p(int c) const { return k(2 * kCfg.stages) + kCfg.o_bytes() + c * kCfg.block_n * 128; }
   __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(k(2 * kCfg.stages) + kCfg.o_bytes() + kCfg.p_bytes());
+    return reinterpret_cast<uint64_t*>(k(2 * kCfg.stages) + kCfg.o_bytes());
   }
   // [0] Q full; per stage s: K full, V full (the loads landed), K empty, V empty (released).
   __device__ uint64_t* q_full() const { return barriers(); }

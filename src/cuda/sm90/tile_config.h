@@ -32,11 +32,6 @@ struct TileConfig {
   // O has no room of its own, can then load the next tile's Q during the epilogue. A tuning
   // variant until an H200 has timed it.
   bool o_direct = false;
-  // P V with P from shared memory (each consumer stores its weights there by stmatrix) instead of
-  // registers: ptxas then need not wait for the previous P V before packing P, which it
-  // interleaves with the exponentials (docs/kernels/sm90.md). A tuning variant until an H200 has
-  // timed it; D = 64 and 128 (D = 256 has no room).
-  bool p_in_smem = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -57,9 +52,8 @@ struct TileConfig {
   constexpr int barrier_bytes() const { return 1024; }
   // O is staged for its TMA store in Q's rows, or, for persistent CTAs where it fits, in its own
   // shared memory, so the next tile's Q can load during the epilogue.
-  constexpr int p_bytes() const { return p_in_smem ? consumers * block_n * 128 : 0; }  // 64 rows each
   constexpr int bytes_but_o() const {
-    return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + p_bytes() + barrier_bytes();
+    return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes();
   }
   constexpr bool o_apart() const {
     return persistent && !o_direct && bytes_but_o() + q_bytes() <= 227 * 1024;

@@ -53,15 +53,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem, uint32_t r0, ui
                : "memory");
 }
 
-// stmatrix (a warp): the same four matrices stored as they are: memory row i of matrix q, at
-// the address lane 8 q + i gives, holds the matrix's row i (tests/cuda_sm90/blocks_test.cu).
-__device__ __forceinline__ void stmatrix_x4(uint32_t smem, uint32_t r0, uint32_t r1, uint32_t r2,
-                                            uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-
 // Keeps the compiler from moving reads or writes of accumulators across a wgmma boundary.
 template <int kCount>
 __device__ __forceinline__ void fence_operands(float* d) {
