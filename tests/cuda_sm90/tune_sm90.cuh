@@ -37,11 +37,23 @@ struct Buffers {
 // dst's page table[g] = src's page g, each page_bytes long (B x L / page_size pages).
 void scatter_pages(const void* src, void* dst, const int32_t* table, int64_t pages, int64_t page_bytes);
 
-template <int D, int N, int S, int C, bool PP, bool Persistent = false, bool Pack = true, bool VWarps = false,
-          bool Skip = false, int Chains = 1, bool ODirect = false>
+// A config to time: cfg(head dim, block_n, stages, consumers), ping-pong on, the rest as
+// TileConfig's defaults, changed by the helpers below, e.g. Cfg<chains(persistent(cfg(128, 128,
+// 2, 2)), 4)>.
+template <TileConfig C>
 struct Cfg {
-  static constexpr TileConfig kCfg{D, N, S, C, PP, Persistent, Pack, VWarps, Skip, Chains, ODirect};
+  static constexpr TileConfig kCfg = C;
 };
+constexpr TileConfig cfg(int d, int n, int stages, int consumers) {
+  return TileConfig{d, n, stages, consumers, true};
+}
+constexpr TileConfig no_pingpong(TileConfig c) { return c.pingpong = false, c; }
+constexpr TileConfig persistent(TileConfig c) { return c.persistent = true, c; }
+constexpr TileConfig no_packing(TileConfig c) { return c.gqa_packing = false, c; }
+constexpr TileConfig v_warps(TileConfig c) { return c.v_by_warps = true, c; }
+constexpr TileConfig skip(TileConfig c) { return c.skip_masked_tail = true, c; }
+constexpr TileConfig chains(TileConfig c, int n) { return c.softmax_chains = n, c; }
+constexpr TileConfig o_direct(TileConfig c) { return c.o_direct = true, c; }
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
 inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {

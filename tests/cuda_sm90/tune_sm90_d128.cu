@@ -1,12 +1,12 @@
 #include "tune_sm90.cuh"
 namespace tileattn::sm90_tune {
 void tune_d128(const Buffers& b, bool causal) {
-  time_one<Cfg<128, 128, 2, 2, true>>(b, causal);
-  time_one<Cfg<128, 128, 2, 2, true, true>>(b, causal);
+  time_one<Cfg<cfg(128, 128, 2, 2)>>(b, causal);
+  time_one<Cfg<persistent(cfg(128, 128, 2, 2))>>(b, causal);
   // The softmax's max and sum as 4 and 8 chains a row, the base moved without a branch.
-  time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 4>>(b, causal);
-  time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 8>>(b, causal);
+  time_one<Cfg<chains(persistent(cfg(128, 128, 2, 2)), 4)>>(b, causal);
+  time_one<Cfg<chains(persistent(cfg(128, 128, 2, 2)), 8)>>(b, causal);
   // O written from the accumulators instead of staged for a TMA store.
-  time_one<Cfg<128, 128, 2, 2, true, true, true, false, false, 1, true>>(b, causal);
+  time_one<Cfg<o_direct(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -2,5 +2,5 @@
 namespace tileattn::sm90_tune {
 // A paged cache (Buffers::page_size): the dense config's serving kernel, K and V by TMA boxes, a
 // box a page (the library's paged decode).
-void split_paged(const Buffers& b) { time_one<Cfg<128, 128, 2, 2, true, true>, true>(b, false); }
+void split_paged(const Buffers& b) { time_one<Cfg<persistent(cfg(128, 128, 2, 2))>, true>(b, false); }
 }  // namespace tileattn::sm90_tune
