@@ -20,7 +20,8 @@
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
-#             the lengths in TUNE_L (default 1024 4096 16384)
+#             the lengths in TUNE_L (default 1024 4096 16384); the lines in OUTDIR/tune.txt,
+#             each variant over the default in the summary (tune_table.py)
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
@@ -117,9 +118,11 @@ run_python() {
   step pytest 300 python3 -m pytest -q -rs ${PYTEST_ARGS:-"$ROOT/tests/python"}
   grep -E "passed|failed" "$LOG" | tail -1 >>"$SUMMARY"
 }
-run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON)
+run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON): OUTDIR/tune.txt, a table
   step tune 300 "$BUILD/tests/cuda_sm90/tune_sm90" ${TUNE_L:-1024 4096 16384}
-  awk '/=== tune/,0' "$LOG" | grep "TFLOP/s" >>"$SUMMARY"
+  awk '/=== tune:/,0' "$LOG" | grep -E "TFLOP/s|FAILED" >"$OUT/tune.txt"
+  grep "FAILED" "$OUT/tune.txt" >>"$SUMMARY"
+  python3 "$ROOT/bench/gpu/tune_table.py" "$OUT/tune.txt" >>"$SUMMARY"
 }
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"
