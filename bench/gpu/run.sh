@@ -17,6 +17,9 @@
 #   profile_decode  ncu: DRAM bytes read, DRAM throughput and L2 hit rate of each decode kernel of
 #             tileattn and of SDPA cuDNN (PROFILE_DECODE: "B,Lk" shapes), all calls' kernels
 #   profile   ncu sections of the sm90 kernel on short and long rows (D 64 causal, D 128)
+#   profile_src  ncu's warp-stall samples per SASS instruction of the sm90 forward (PROFILE_SRC
+#             shapes, as PROFILE_SHAPES): OUTDIR/profile_src_*.csv, summed by instruction in the
+#             summary (stall_table.py)
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
@@ -167,6 +170,22 @@ run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
       --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
     awk "/=== profile-d$1-l$2-$5:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active) " \
       | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+  done
+}
+run_profile_src() {  # ncu: where the sm90 forward's warps wait, per SASS instruction
+  local shapes=${PROFILE_SRC:-128 8192 2 16 off;64 512 32 32 on}
+  local IFS_SAVE=$IFS shape
+  IFS=';'
+  local list=($shapes)
+  IFS=$IFS_SAVE
+  for shape in "${list[@]}"; do
+    set -- $shape
+    local name="profile-src-d$1-l$2-$5" csv="$OUT/profile_src_d$1_l$2_causal_$5.csv"
+    step "$name" 180 bash -c "ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+      '$BUILD/tools/tileattn' bench --device cuda --kernel sm90 --seqlens $2 --head-dims $1 --batch $3 \
+      --heads $4 --dtype bf16 --causal $5 --impl tiled --reps 1 --warmup 2 > '$csv'"
+    python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  d$1 l$2 causal=$5: /" >>"$SUMMARY"
   done
 }
 run_profile_bwd() {  # ncu on the sm90 backward: its stall reasons, tensor-pipe and shared-memory load

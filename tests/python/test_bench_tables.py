@@ -1,11 +1,20 @@
-"""bench/gpu/tune_table.py: tune_sm90's lines into per-shape ratios against the library's default."""
+"""bench/gpu's summaries of GPU runs: tune_table.py (tune_sm90's lines into per-shape ratios
+against the library's default) and stall_table.py (ncu's per-instruction stall samples)."""
 import importlib.util
 import pathlib
+import sys
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu" / "tune_table.py"
-_spec = importlib.util.spec_from_file_location("tune_table", _PATH)
-tune_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tune_table)
+
+def _load(name):
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "gpu" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tune_table = _load("tune_table")
+stall_table = _load("stall_table")
 
 
 def line(d, n, consumers, persistent, causal, b, lq, lk, tflops, diff="0", chains=1, page=0, splits=1):
@@ -42,3 +51,23 @@ def test_variants_named_by_their_changes_and_divided_by_the_default_of_the_same_
 
 def test_nothing_to_read():
     assert tune_table.parse(["no tune lines here"]) == {}
+
+
+def test_stall_samples_summed_by_instruction_kind(capsys, tmp_path):
+    csv = tmp_path / "src.csv"
+    csv.write_text("\n".join([
+        "the profiled program's own output",
+        '"# Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"',
+        '"0x10","WARPGROUP.DEPBAR.LE gsb0, 0x0","3,000","10"',
+        '"0x20","@!P0 BAR.SYNC.DEFER_BLOCKING R3, 0x100","1,000","10"',
+        '"0x30","MUFU.EX2 R24, R24","1000","640"',
+    ]))
+    argv, sys.argv = sys.argv, ["stall_table.py", str(csv)]
+    try:
+        stall_table.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert out.startswith("5000 samples; by instruction kind: WARPGROUP.DEPBAR 60.0%, ")
+    assert "BAR.SYNC 20.0%" in out and "MUFU.EX2 20.0%" in out
+    assert " 60.0%      0x10  WARPGROUP.DEPBAR.LE gsb0, 0x0" in out
