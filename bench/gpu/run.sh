@@ -20,6 +20,8 @@
 #   profile_src  ncu's warp-stall samples per SASS instruction of the sm90 forward (PROFILE_SRC
 #             shapes, as PROFILE_SHAPES): OUTDIR/profile_src_*.csv, summed by instruction in the
 #             summary (stall_table.py)
+#   profile_src_bwd  the same for the sm90 backward (PROFILE_SRC_BWD: "B,L,H,D causal(on|off)"
+#             entries, ';'-separated; the Python package, installed first)
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
@@ -186,6 +188,23 @@ run_profile_src() {  # ncu: where the sm90 forward's warps wait, per SASS instru
       '$BUILD/tools/tileattn' bench --device cuda --kernel sm90 --seqlens $2 --head-dims $1 --batch $3 \
       --heads $4 --dtype bf16 --causal $5 --impl tiled --reps 1 --warmup 2 > '$csv'"
     python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+  done
+}
+run_profile_src_bwd() {  # ncu: where the sm90 backward's warps wait, per SASS instruction
+  run_install
+  local shapes=${PROFILE_SRC_BWD:-1,16384,16,128 off;1,16384,32,64 off}
+  local IFS_SAVE=$IFS shape
+  IFS=';'
+  local list=($shapes)
+  IFS=$IFS_SAVE
+  for shape in "${list[@]}"; do
+    set -- $shape
+    local flags="" csv="$OUT/profile_src_bwd_${1//,/x}_causal_$2.csv"
+    [[ $2 == on ]] && flags="--causal"
+    step "profile-src-bwd-${1//,/x}-$2" 180 bash -c "ncu --clock-control none -k regex:attention_bwd_sm90 \
+      --launch-skip 2 --launch-count 1 --section SourceCounters --section WarpStateStats --page source \
+      --print-source sass --csv python3 '$ROOT/bench/gpu/profile_bwd.py' --shape $1 $flags > '$csv'"
+    python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  bwd $1 causal=$2: /" >>"$SUMMARY"
   done
 }
 run_profile_bwd() {  # ncu on the sm90 backward: its stall reasons, tensor-pipe and shared-memory load
