@@ -16,7 +16,8 @@ def read_rows(lines):
     """The CSV part: the header (the first line naming Source and a sampling column) and rows."""
     for i, line in enumerate(lines):
         if '"Source"' in line and "Sampling" in line:
-            return list(csv.DictReader(lines[i:]))
+            # Rows with a source cell (ncu's own ==PROF== lines may follow the table).
+            return [r for r in csv.DictReader(lines[i:]) if r.get("Source")]
     return []
 
 

@@ -61,6 +61,7 @@ def test_stall_samples_summed_by_instruction_kind(capsys, tmp_path):
         '"0x10","WARPGROUP.DEPBAR.LE gsb0, 0x0","3,000","10"',
         '"0x20","@!P0 BAR.SYNC.DEFER_BLOCKING R3, 0x100","1,000","10"',
         '"0x30","MUFU.EX2 R24, R24","1000","640"',
+        "==PROF== Disconnected from process 1234",
     ]))
     argv, sys.argv = sys.argv, ["stall_table.py", str(csv)]
     try:
