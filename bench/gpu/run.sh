@@ -155,66 +155,66 @@ run_profile_decode() {  # ncu: DRAM bytes and rate of tileattn's decode kernels 
     done
   done
 }
-run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
-  local shape
-  # PROFILE_SHAPES: "D L B H causal(on|off)" entries, ';'-separated.
-  local shapes=${PROFILE_SHAPES:-64 512 32 32 on;64 8192 2 32 on;128 512 32 16 off;128 8192 2 16 off}
-  local IFS_SAVE=$IFS
-  IFS=';'
-  local list=($shapes)
-  IFS=$IFS_SAVE
-  for shape in "${list[@]}"; do
-    set -- $shape
-    step "profile-d$1-l$2-$5" 120 ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-      --section ComputeWorkloadAnalysis \
-      "$BUILD/tools/tileattn" bench --device cuda --kernel sm90 --seqlens "$2" --head-dims "$1" --batch "$3" \
-      --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
-    awk "/=== profile-d$1-l$2-$5:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active) " \
-      | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+each_shape() {  # each_shape "A B;C D" FN: FN A B, then FN C D (';'-separated entries, words as arguments)
+  local list entry
+  IFS=';' read -ra list <<<"$1"
+  for entry in "${list[@]}"; do
+    # shellcheck disable=SC2086  # the entry's words are the arguments
+    "$2" $entry
   done
 }
+profile_one() {  # D L B H causal(on|off)
+  step "profile-d$1-l$2-$5" 120 ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section ComputeWorkloadAnalysis \
+    "$BUILD/tools/tileattn" bench --device cuda --kernel sm90 --seqlens "$2" --head-dims "$1" --batch "$3" \
+    --heads "$4" --dtype bf16 --causal "$5" --impl tiled --reps 1 --warmup 2
+  awk "/=== profile-d$1-l$2-$5:/,0" "$LOG" | grep -E "^ +(Duration|Compute \(SM\) Throughput|Waves Per SM|Warp Cycles Per Issued Instruction|Issue Slots Busy|Executed Ipc Active) " \
+    | sed "s/^ */  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+}
+run_profile() {  # ncu on the sm90 kernel: where the short-row shapes lose time
+  # PROFILE_SHAPES: "D L B H causal(on|off)" entries, ';'-separated.
+  each_shape "${PROFILE_SHAPES:-64 512 32 32 on;64 8192 2 32 on;128 512 32 16 off;128 8192 2 16 off}" profile_one
+}
+profile_src_one() {  # D L B H causal(on|off): ncu's source page as CSV, summed by stall_table.py
+  local csv="$OUT/profile_src_d$1_l$2_causal_$5.csv"
+  step "profile-src-d$1-l$2-$5" 180 bash -c "ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 \
+    --launch-count 1 --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+    '$BUILD/tools/tileattn' bench --device cuda --kernel sm90 --seqlens $2 --head-dims $1 --batch $3 \
+    --heads $4 --dtype bf16 --causal $5 --impl tiled --reps 1 --warmup 2 > '$csv'"
+  python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  d$1 l$2 causal=$5: /" >>"$SUMMARY"
+}
 run_profile_src() {  # ncu: where the sm90 forward's warps wait, per SASS instruction
-  local shapes=${PROFILE_SRC:-128 8192 2 16 off;64 512 32 32 on}
-  local IFS_SAVE=$IFS shape
-  IFS=';'
-  local list=($shapes)
-  IFS=$IFS_SAVE
-  for shape in "${list[@]}"; do
-    set -- $shape
-    local name="profile-src-d$1-l$2-$5" csv="$OUT/profile_src_d$1_l$2_causal_$5.csv"
-    step "$name" 180 bash -c "ncu --clock-control none -k regex:attention_fwd_sm90 --launch-skip 2 --launch-count 1 \
-      --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-      '$BUILD/tools/tileattn' bench --device cuda --kernel sm90 --seqlens $2 --head-dims $1 --batch $3 \
-      --heads $4 --dtype bf16 --causal $5 --impl tiled --reps 1 --warmup 2 > '$csv'"
-    python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  d$1 l$2 causal=$5: /" >>"$SUMMARY"
-  done
+  each_shape "${PROFILE_SRC:-128 8192 2 16 off;64 512 32 32 on}" profile_src_one
+}
+profile_src_bwd_one() {  # B,L,H,D causal(on|off)
+  local flags="" csv="$OUT/profile_src_bwd_${1//,/x}_causal_$2.csv"
+  [[ $2 == on ]] && flags="--causal"
+  step "profile-src-bwd-${1//,/x}-$2" 180 bash -c "ncu --clock-control none -k regex:attention_bwd_sm90 \
+    --launch-skip 2 --launch-count 1 --section SourceCounters --section WarpStateStats --page source \
+    --print-source sass --csv python3 '$ROOT/bench/gpu/profile_bwd.py' --shape $1 $flags > '$csv'"
+  python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  bwd $1 causal=$2: /" >>"$SUMMARY"
 }
 run_profile_src_bwd() {  # ncu: where the sm90 backward's warps wait, per SASS instruction
   run_install
-  local shapes=${PROFILE_SRC_BWD:-1,16384,16,128 off;1,16384,32,64 off}
-  local IFS_SAVE=$IFS shape
-  IFS=';'
-  local list=($shapes)
-  IFS=$IFS_SAVE
-  for shape in "${list[@]}"; do
-    set -- $shape
-    local flags="" csv="$OUT/profile_src_bwd_${1//,/x}_causal_$2.csv"
-    [[ $2 == on ]] && flags="--causal"
-    step "profile-src-bwd-${1//,/x}-$2" 180 bash -c "ncu --clock-control none -k regex:attention_bwd_sm90 \
-      --launch-skip 2 --launch-count 1 --section SourceCounters --section WarpStateStats --page source \
-      --print-source sass --csv python3 '$ROOT/bench/gpu/profile_bwd.py' --shape $1 $flags > '$csv'"
-    python3 "$ROOT/bench/gpu/stall_table.py" "$csv" | sed "s/^/  bwd $1 causal=$2: /" >>"$SUMMARY"
-  done
+  each_shape "${PROFILE_SRC_BWD:-1,16384,16,128 off;1,16384,32,64 off}" profile_src_bwd_one
+}
+profile_bwd_one() {  # B,L,H,D causal(on|off) deterministic(on|off); $metrics from run_profile_bwd
+  local name="profile-bwd-${1//,/x}-causal$2-det$3" flags=""
+  [[ $2 == on ]] && flags="$flags --causal"
+  [[ $3 == on ]] && flags="$flags --deterministic"
+  step "$name" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+    python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
+  awk "/=== $name:/,0" "$LOG" | grep -iE "^ +(Duration |Compute \(SM\) Throughput |Warp Cycles Per Issued Instruction |Issue Slots Busy )|stall" \
+    | cut -c1-240 | sed "s/^ */  $name: /" >>"$SUMMARY"
+  # Raw counters in a run of their own (a name this ncu lacks fails only this step).
+  step "$name-metrics" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
+    --metrics "$metrics" python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
+  awk "/=== $name-metrics:/,0" "$LOG" | grep -E "^ +(sm__pipe_tensor|l1tex__data|smsp__)" \
+    | sed "s/^ */  $name: /; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//" >>"$SUMMARY"
 }
 run_profile_bwd() {  # ncu on the sm90 backward: its stall reasons, tensor-pipe and shared-memory load
-  local shape
-  # PROFILE_BWD: "B,L,H,D causal(on|off) deterministic(on|off)" entries, ';'-separated.
-  local shapes=${PROFILE_BWD:-1,16384,16,128 off off;1,16384,16,128 on off;1,16384,32,64 off off}
-  local IFS_SAVE=$IFS
-  IFS=';'
-  local list=($shapes)
-  IFS=$IFS_SAVE
   run_install
   local stalls=barrier,long_scoreboard,short_scoreboard,wait,math_pipe_throttle,mio_throttle,lg_throttle
   stalls=$stalls,membar,sleeping,dispatch_stall,no_instruction,selected,not_selected,branch_resolving
@@ -222,22 +222,8 @@ run_profile_bwd() {  # ncu on the sm90 backward: its stall reasons, tensor-pipe 
   metrics=$metrics,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
   metrics=$metrics,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
   for s in ${stalls//,/ }; do metrics=$metrics,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio; done
-  for shape in "${list[@]}"; do
-    set -- $shape
-    local name="profile-bwd-${1//,/x}-causal$2-det$3" flags=""
-    [[ $2 == on ]] && flags="$flags --causal"
-    [[ $3 == on ]] && flags="$flags --deterministic"
-    step "$name" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
-      python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
-    awk "/=== $name:/,0" "$LOG" | grep -iE "^ +(Duration |Compute \(SM\) Throughput |Warp Cycles Per Issued Instruction |Issue Slots Busy )|stall" \
-      | cut -c1-240 | sed "s/^ */  $name: /" >>"$SUMMARY"
-    # Raw counters in a run of their own (a name this ncu lacks fails only this step).
-    step "$name-metrics" 180 ncu --clock-control none -k regex:attention_bwd_sm90 --launch-skip 2 --launch-count 1 \
-      --metrics "$metrics" python3 "$ROOT/bench/gpu/profile_bwd.py" --shape "$1" $flags
-    awk "/=== $name-metrics:/,0" "$LOG" | grep -E "^ +(sm__pipe_tensor|l1tex__data|smsp__)" \
-      | sed "s/^ */  $name: /; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//" >>"$SUMMARY"
-  done
+  # PROFILE_BWD: "B,L,H,D causal(on|off) deterministic(on|off)" entries, ';'-separated.
+  each_shape "${PROFILE_BWD:-1,16384,16,128 off off;1,16384,16,128 on off;1,16384,32,64 off off}" profile_bwd_one
 }
 run_bench() {
   run_install
