@@ -69,14 +69,10 @@ struct BlockSoftmax {
         base[half] = state[half].base();
       }
     } else {
-      float block_max[2];
+      float block_max[2];  // both rows over the quad before either advance (no branch between)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) block_max[half] = combine<kChains>(chain_max[half], fmaxf_op);
-#pragma unroll
-      for (int d = 1; d <= 2; d *= 2)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(0xffffffffu, block_max[half], d));
+      for (int half = 0; half < 2; ++half)
+        block_max[half] = cuda::quad_max(combine<kChains>(chain_max[half], fmaxf_op));
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         alpha[half] = advance_branch_free(state[half], block_max[half] * p.post);
