@@ -111,16 +111,28 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
   Rejection r = sm90_backward_rejects(backward_of(p));
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.reason.find("96"), std::string::npos) << r.reason;
-  static const int32_t used[4] = {1, 2, 3, 4};
-  p = decode(128);
-  p.seqs.used_k = used;
-  r = sm90_backward_rejects(backward_of(p));
-  EXPECT_FALSE(r.ok());
-  EXPECT_NE(r.reason.find("varlen and seqused"), std::string::npos) << r.reason;
   // A dense problem of a head dim it has: taken where the build has the kernel; a CPU-only or
   // sm80-only build says it has none.
   r = sm90_backward_rejects(backward_of(decode(128)));
   EXPECT_TRUE(r.ok() || r.argument == "options.kernel") << r.argument << ": " << r.reason;
+  // Seqused and packed varlen batches alike (a packed tensor's batch stride is 0), but not a
+  // packed q without rows (no TMA map).
+  static const int32_t used[4] = {1, 2, 3, 4}, cu[5] = {0, 1, 3, 6, 10};
+  p = decode(128);
+  p.seqs.used_k = used;
+  r = sm90_backward_rejects(backward_of(p));
+  EXPECT_TRUE(r.ok() || r.argument == "options.kernel") << r.argument << ": " << r.reason;
+  p.seqs.cu_q = cu, p.total_q = 10, p.q_stride.b = 0;
+  r = sm90_backward_rejects(backward_of(p));
+  EXPECT_TRUE(r.ok() || r.argument == "options.kernel") << r.argument << ": " << r.reason;
+  p.total_q = 0;
+  r = sm90_backward_rejects(backward_of(p));
+  EXPECT_EQ(r.argument, "q");
+  EXPECT_NE(r.reason.find("no TMA map"), std::string::npos) << r.reason;
+  p.seqs.cu_q = nullptr, p.total_q = 0;  // a dense q whose batch stride is 0
+  r = sm90_backward_rejects(backward_of(p));
+  EXPECT_EQ(r.argument, "q");
+  EXPECT_NE(r.reason.find("zero stride"), std::string::npos) << r.reason;
 }
 
 // The default's choice: the sm90 backward at head dim 128; at 64 only without deterministic
@@ -137,6 +149,12 @@ TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
   EXPECT_TRUE(sm90_backward_measured_ahead(b));
   b.fwd.head_dim = 96;
   EXPECT_FALSE(sm90_backward_measured_ahead(b));
+  // Varlen and seqused batches: not yet run on a GPU (cuda_limits.cc).
+  static const int32_t used[4] = {1, 2, 3, 4};
+  BackwardParams used_b = b;
+  used_b.fwd.head_dim = 128, used_b.fwd.seqs.used_q = used;
+  EXPECT_FALSE(sm90_backward_measured_ahead(used_b));
+  EXPECT_FALSE(sm90_backward_preferred(used_b));
   // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).
   EXPECT_FALSE(sm90_backward_preferred(b));
   b.fwd.head_dim = 128;

@@ -6,6 +6,8 @@
 // mapping (dq_accum_pos) at their own row and column.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,51 @@ TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
         }
     for (int i = 0; i < block_m * head_dim; ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
   }
+}
+
+// dq_accum's tiles (DqTiles): every query block of every sequence and head gets a tile of its
+// own within the buffer, and dq_convert's lookup (locate) finds each tile's sequence and block;
+// the padding tiles between packed sequences map to rows past their sequence (never written
+// back). Packed batches with empty sequences and lengths on and off the block grid, and dense.
+TEST(Sm90DsLayout, DqTilesGiveEveryQueryBlockItsOwnTileAndFindItBack) {
+  const std::vector<std::vector<int32_t>> batches = {
+      {17, 0, 113, 1, 300}, {64}, {0}, {128, 128, 0, 0, 1, 65, 63, 1025}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+  for (int block_m : {64, 128})
+    for (const auto& lens : batches)
+      for (bool packed : {true, false}) {
+        SCOPED_TRACE("block_m " + std::to_string(block_m) + (packed ? " packed" : " dense"));
+        std::vector<int32_t> cu = {0};
+        int32_t longest = 0;
+        for (int32_t l : lens) cu.push_back(cu.back() + l), longest = std::max(longest, l);
+        const int64_t batch = static_cast<int64_t>(lens.size()), heads = 3;
+        const int64_t m_blocks = (longest + block_m - 1) / block_m;
+        const DqTiles tiles =
+            DqTiles::make(packed ? cu.data() : nullptr, batch, m_blocks, cu.back(), block_m);
+        std::vector<int> owner(heads * tiles.head_blocks, 0);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t b = 0; b < batch; ++b) {
+            const int64_t len = packed ? lens[b] : longest;
+            for (int64_t m = 0; m * block_m < len; ++m) {
+              const int64_t t = tiles.tile(b, h, m);
+              ASSERT_GE(t, h * tiles.head_blocks);
+              ASSERT_LT(t, (h + 1) * tiles.head_blocks) << "b " << b << " m " << m;
+              ASSERT_EQ(owner[t]++, 0) << "tile " << t << " twice";
+              if (!packed) ASSERT_EQ(t, tiles.tile<false>(b, h, m));
+              int64_t fb = -1, fm = -1;
+              tiles.locate(t % tiles.head_blocks, &fb, &fm);
+              ASSERT_EQ(fb, b);
+              ASSERT_EQ(fm, m);
+            }
+          }
+        for (int64_t t = 0; t < tiles.head_blocks; ++t) {
+          if (owner[t]) continue;
+          int64_t fb = -1, fm = -1;
+          tiles.locate(t, &fb, &fm);
+          ASSERT_TRUE(fb >= 0 && fb < batch && fm >= 0) << "tile " << t;
+          ASSERT_GE(fm * block_m, packed ? lens[fb] : longest) << "gap tile " << t << " reads back rows";
+        }
+        if (packed) ASSERT_LE(tiles.head_blocks * block_m, cu.back() + batch * block_m);
+      }
 }
 
 }  // namespace

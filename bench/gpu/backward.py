@@ -12,8 +12,10 @@ beyond its gradients through torch's allocator; tileattn's workspace (fp32 dsum 
 x Hq x Lq floats) is stream-ordered CUDA memory that torch does not see, so its row also gives
 workspace_bytes, that size. tileattn_sm90bwd: the forward and tileattn.attention_backward(...,
 kernel="sm90") called directly (the sm90 backward, which autograd does not choose yet; its
-fp32 dQ sums, 4 x B x Hq x L x D bytes, are stream-ordered too).
+fp32 dQ sums, 4 x B x Hq x L x D bytes, are stream-ordered too). varlen_backward_suite: packed
+batches of mixed lengths on the sm80 and sm90 kernels, beside the dense sm90 backward.
 """
+import itertools
 import sys
 
 import torch
@@ -121,6 +123,60 @@ def backward_suite(args, timer, release):
     return rows
 
 
+def varlen_backward_suite(args, timer, mixes, release):
+    """Packed batches of mixed lengths (the varlen suite's mixes, bf16, hidden 2048, causal off
+    and on) through tileattn.attention_varlen_backward with the sm80 and the sm90 kernel, beside
+    the dense sm90 backward on the same sequences (one call per length, timed the same way).
+    TFLOP/s: 2.5x the sum of 4 L^2 H D (halved when causal)."""
+    rows = []
+    for d in [x for x in args.head_dims if x in (64, 128)]:
+        H = args.hidden // d
+        for mix, lens in mixes.items():
+            for causal in (False, True):
+                flops = 2.5 * sum(4.0 * L * L * H * d for L in lens) / (2 if causal else 1) / 1e9
+                total = sum(lens)
+                make = lambda *s: torch.randn(*s, H, d, device="cuda", dtype=torch.bfloat16)
+                q, k, v, dout = (make(total) for _ in range(4))
+                cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
+                args_v = dict(max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=causal)
+                out, lse = tileattn.attention_varlen(q, k, v, cu, cu, return_lse=True, **args_v)
+                shape = dict(suite="varlen_backward", mix=mix, D=d, H=H, causal=causal, tokens=total)
+                first = None
+                for kernel in ("sm80", "sm90"):
+                    call = lambda: tileattn.attention_varlen_backward(dout, q, k, v, out, lse, cu, cu, kernel=kernel,
+                                                                      **args_v)
+                    try:
+                        grads = call()
+                        first = first or [g.float() for g in grads]
+                        diff = max((g.float() - f).abs().max().item() for g, f in zip(grads, first))
+                        del grads
+                        t = timer.time(call)
+                        rows.append(dict(shape, impl=f"tileattn_{kernel}", ms=t["ms"], tflops=flops / t["ms"],
+                                         max_diff_vs_sm80=diff))
+                    except Exception as e:
+                        rows.append(dict(shape, impl=f"tileattn_{kernel}",
+                                         error=f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
+                    print(rows[-1], file=sys.stderr, flush=True)
+                # The dense sm90 backward on each length of the mix (identical lengths once).
+                dense_ms = 0.0
+                try:
+                    for L in sorted(set(lens)):
+                        n = lens.count(L)
+                        dq, dk, dv, ddo = (make(n, L) for _ in range(4))
+                        o, l = tileattn.attention(dq, dk, dv, causal=causal, return_lse=True)
+                        dense_ms += timer.time(lambda: tileattn.attention_backward(
+                            ddo, dq, dk, dv, o, l, causal=causal, kernel="sm90"))["ms"]
+                        del dq, dk, dv, ddo, o, l
+                    rows.append(dict(shape, impl="tileattn_sm90_dense", ms=dense_ms, tflops=flops / dense_ms))
+                except Exception as e:
+                    rows.append(dict(shape, impl="tileattn_sm90_dense",
+                                     error=f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
+                print(rows[-1], file=sys.stderr, flush=True)
+                del q, k, v, dout, out, lse, first
+                release()
+    return rows
+
+
 def print_table(rows, short):
     sel = [r for r in rows if r["suite"] == "backward"]
     if not sel:
@@ -140,3 +196,15 @@ def print_table(rows, short):
               + "     " + ratio(cell("tileattn", "bwd_graph_tflops"), cell("sdpa_cudnn", "bwd_graph_tflops"))
               + " |          " + " ".join(fmt(cell(i, "fwdbwd_tflops")) for i in IMPLS)
               + "  " + ratio(cell("tileattn", "fwdbwd_tflops"), cell("sdpa_cudnn", "fwdbwd_tflops")))
+    by = {}
+    for r in rows:
+        if r["suite"] == "varlen_backward":
+            by.setdefault((r["D"], r["mix"], r["causal"]), {})[r["impl"]] = r.get("tflops")
+    if by:
+        print("\nvarlen backward: TFLOP/s (bf16); sm90 / dense sm90 on the same sequences, sm90 / sm80")
+        for (d, mix, causal), v in by.items():
+            a, b, c = v.get("tileattn_sm90"), v.get("tileattn_sm80"), v.get("tileattn_sm90_dense")
+            fmt = lambda x: f"{x:7.1f}" if x else f"{'-':>7}"
+            ratio = lambda x, y: f"{x / y:6.3f}" if x and y else f"{'-':>6}"
+            print(f"  D={d:<4} {mix:16s} causal={int(causal)}: sm90 {fmt(a)}  sm80 {fmt(b)}  dense sm90 {fmt(c)}"
+                  f"   {ratio(a, c)}  {ratio(a, b)}")

@@ -19,6 +19,8 @@ Suites (--suites):
             sequences.
   backward  the forward sweep's shapes through torch autograd: the backward alone and forward +
             backward, beside SDPA's backends (bench/gpu/backward.py).
+  varlen_backward  the varlen suite's packed batches through attention_varlen_backward on the
+            sm80 and sm90 kernels, beside the dense sm90 backward on the same sequences.
   kvcache   a decoding step through flash_attn_with_kvcache: contiguous and paged caches
             (pages of 16, 64, 256), and the step with its appended token and rotary
             (bench/gpu/kvcache.py).
@@ -353,6 +355,10 @@ def gap_suite(args, timer):
 
 def backward_suite(args, timer):
     return backward_bench.backward_suite(args, timer, release_memory)
+
+
+def varlen_backward_suite(args, timer):
+    return backward_bench.varlen_backward_suite(args, timer, VARLEN_MIXES, release_memory)
 
 
 def kvcache_suite(args, timer):

@@ -86,10 +86,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
 
 def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqlen_q=None,
                               max_seqlen_k=None, seqused_q=None, seqused_k=None, causal=False, scale=None,
-                              window=(-1, -1), softcap=0.0, deterministic=False, dlse=None, check_indices=False):
+                              window=(-1, -1), softcap=0.0, deterministic=False, dlse=None, check_indices=False,
+                              kernel="auto"):
     """The gradients of :func:`tileattn.attention_varlen` (same index arrays and options):
-    ``(dq, dk, dv)`` shaped like q, k, v; rows outside every sequence (or past seqused) get 0."""
+    ``(dq, dk, dv)`` shaped like q, k, v; rows outside every sequence (or past seqused) get 0.
+    ``kernel`` as for :func:`attention_backward` (``"auto"`` runs varlen batches on the sm80
+    backward; ``"sm90"`` asks for the Hopper one)."""
     options = _core_options(causal, scale, window, softcap)
+    options["kernel"] = _check_options(causal, scale, window, softcap, kernel)["kernel"]
     deterministic = _check_bool(deterministic, "deterministic")
     index = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     max_q, max_k = _check_max(max_seqlen_q, "max_seqlen_q"), _check_max(max_seqlen_k, "max_seqlen_k")

@@ -357,6 +357,9 @@ def _call_varlen_backward_op(dout, q, k, v, out, lse, dlse, index, max_q, max_k,
     deterministic = _deterministic(deterministic)
     if not _needs_op(q, k, v) and all(type(x) is torch.Tensor for x in (dout, out, lse)):
         return _backward_plain(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, True)
+    if options.get("kernel", "auto") != "auto":
+        raise _api.argument_error(ValueError, "kernel", f"{options['kernel']!r}: the torch op (torch.compile, "
+                                  "tensor subclasses) takes only 'auto'")
     o = options
     return _varlen_backward_op(dout, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"], o["scale"],
                                o["window_left"], o["window_right"], o["softcap"], deterministic)

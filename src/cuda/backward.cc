@@ -49,10 +49,11 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
   kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
   kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
   kp.n_blocks = (p.seqlen_k + sm90::kBwdBlockN - 1) / sm90::kBwdBlockN;
-  const int64_t block_m = sm90::bwd_block_m(p.head_dim);
-  kp.m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  const int64_t accum = p.batch * p.heads_q * kp.m_blocks * block_m * p.head_dim;
-  const int64_t orders = b.deterministic ? p.batch * p.heads_q * kp.m_blocks : 0;
+  const int block_m = sm90::bwd_block_m(p.head_dim);
+  kp.dq_tiles =
+      sm90::DqTiles::make(p.seqs.cu_q, p.batch, (p.seqlen_q + block_m - 1) / block_m, p.total_q, block_m);
+  const int64_t tiles = p.heads_q * kp.dq_tiles.head_blocks;
+  const int64_t accum = tiles * block_m * p.head_dim, orders = b.deterministic ? tiles : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
   kp.dq_accum = scratch.data();
   kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;

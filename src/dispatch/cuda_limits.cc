@@ -121,13 +121,15 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
   const AttnParams& p = b.fwd;
   if (p.head_dim != 64 && p.head_dim != 128)
     return {"q", "head_dim " + str(p.head_dim) + " has no sm90 backward (64 and 128 do)"};
-  if (p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k)
-    return {"q", "varlen and seqused batches run on the sm80 backward"};
-  if (p.seqlen_q == 0 || p.seqlen_k == 0) return {"q", "an empty sequence has no TMA map"};
+  // A packed varlen tensor's rows are one TMA map (its batch stride is 0).
+  const bool packed_q = p.seqs.cu_q != nullptr, packed_k = p.seqs.cu_k != nullptr;
+  if ((packed_q ? p.total_q : p.seqlen_q) == 0 || (packed_k ? p.total_k : p.seqlen_k) == 0)
+    return {"q", "an empty q or k has no TMA map"};
   const std::array<const char*, 4> names = {"q", "k", "v", "dout"};
   const std::array<const Strides4*, 4> strides = {&p.q_stride, &p.k_stride, &p.v_stride, &b.dout_stride};
+  const std::array<bool, 4> packed = {packed_q, packed_k, packed_k, packed_q};
   for (int i = 0; i < 4; ++i)
-    if (strides[i]->b <= 0 || strides[i]->l <= 0 || strides[i]->h <= 0)
+    if ((!packed[i] && strides[i]->b <= 0) || strides[i]->l <= 0 || strides[i]->h <= 0)
       return {names[i], "a zero stride has no TMA map (the sm90 backward loads it with TMA)"};
 #if !defined(TILEATTN_SM90_BACKWARD)
   return {"options.kernel",
@@ -143,7 +145,11 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 // and behind with it (0.80-0.98x: its fixed dQ order waits, the sm80 dQ pass does not). Those
 // D = 64 figures are of its 64-row steps; the 128-row steps that replaced them (bwd.h) have not
 // yet run on a GPU, so until they have, D = 64 runs the sm80 kernels unless sm90 is asked for.
-bool sm90_backward_measured_ahead(const BackwardParams& b) { return b.fwd.head_dim == 128; }
+// Varlen and seqused batches alike (bwd_seq, bwd_loader.cuh: compiled, not yet run on a GPU).
+bool sm90_backward_measured_ahead(const BackwardParams& b) {
+  const Seqs& s = b.fwd.seqs;
+  return b.fwd.head_dim == 128 && !(s.cu_q || s.cu_k || s.used_q || s.used_k);
+}
 
 bool sm90_backward_preferred(const BackwardParams& b) {
   return sm90_backward_measured_ahead(b) && sm90_backward_rejects(b).ok();

@@ -220,8 +220,45 @@ TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
   }
 }
 
-// What the sm90 backward does not take, asked for, names itself: a head dim it has no kernel for,
-// and a varlen batch.
+// Varlen and seqused batches on the sm90 backward (asked for: the default takes them once they
+// have run on a GPU, cuda_limits.cc): packed sequences whose last query and key blocks run into
+// the next sequence, empty ones, rows past seqused holding NaN (the loader zeroes them in shared
+// memory, bwd_loader.cuh), Lk > Lq, GQA, every mask; with and without the LSE's gradient. Then
+// deterministic mode's bits over runs of a packed causal batch.
+TEST(CudaBackwardSm90, VarlenAndSequsedMatchTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  for (int64_t d : {64, 128})
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16})
+      for (int mask = 0; mask < 3; ++mask) {
+        Problem base = make(1, 0, 0, 4, 2, d, dtype);
+        base.options.kernel = Kernel::kCudaSm90;
+        if (mask == 1) base.options.causal = true;
+        if (mask == 2) base.options.window_left = 50, base.options.window_right = 9;
+        Problem p = test::varlen_problem(base, {17, 0, 113, 1, 300, 129}, {113, 5, 17, 700, 300, 0});
+        test::check_backward(p, false, gpu_backward);
+        p.used_q = {17, 0, 100, 1, 250, 129}, p.used_k = {100, 5, 17, 640, 299, 0};
+        test::check_backward(p, true, gpu_backward);
+        Problem dense = make(3, 150, 260, 4, 1, d, dtype);
+        dense.options = base.options;
+        dense.used_q = {150, 1, 77}, dense.used_k = {260, 0, 100};
+        test::check_backward(dense, false, gpu_backward);
+      }
+  Problem p = test::varlen_problem(make(1, 0, 0, 4, 2, 128, DType::kBFloat16), {200, 65, 0, 300, 129},
+                                   {300, 65, 7, 129, 200});
+  p.options.causal = true;
+  p.options.kernel = Kernel::kCudaSm90;
+  p.options.deterministic = true;
+  const BackwardCase bc(p);
+  const Grads first = gpu_backward(bc, p.options);
+  int64_t differing = 0;
+  gpu_backward_runs(bc, p.options, 50, [&](int run, const Grads& again) {
+    if (!test::same_bits(again, first) && differing++ == 0) ADD_FAILURE() << "run " << run << " differs";
+  });
+  EXPECT_EQ(differing, 0);
+}
+
+// What the sm90 backward does not take, asked for, names itself: a head dim it has no kernel for.
 TEST(CudaBackwardSm90, NamesWhatItDoesNotTake) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";

@@ -96,6 +96,11 @@ def test_bad_arguments_name_themselves():
         tileattn.attention_backward(q, q, k, v, out, lse, kernel="fast")
     np.testing.assert_array_equal(tileattn.attention_backward(q, q, k, v, out, lse, kernel="cpu")[0],
                                   tileattn.attention_backward(q, q, k, v, out, lse)[0])
+    cu = np.array([0, 2, 5], dtype=np.int32)  # the varlen entry takes kernel= alike
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v, out)]
+    with pytest.raises(ValueError, match=r"^kernel: sm90 runs on CUDA tensors, but q is on the CPU"):
+        tileattn.attention_varlen_backward(packed[0], *packed, None, cu, cu, max_seqlen_q=3, max_seqlen_k=3,
+                                           kernel="sm90")
 
 
 # -- torch autograd ---------------------------------------------------------------------------
@@ -343,6 +348,34 @@ def test_cuda_sm90_backward_matches_the_oracle_and_the_sm80_backward(causal):
             err_a = (a.double().cpu() - r).abs().max().item()
             err_b = (b.double().cpu() - r).abs().max().item()
             assert err_a <= 3 * err_b + 1e-3, f"d{name}: sm90 {err_a:.3g} against sm80 {err_b:.3g}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("d", [64, 128])
+def test_cuda_sm90_varlen_backward_matches_the_oracle_and_the_sm80_backward(d):
+    # Packed sequences (one empty, last blocks running into the next sequence) with seqused_q:
+    # kernel="sm90" against the float64 oracle, by the 3x rule against the sm80 kernels' error.
+    if not _sm90_available():
+        pytest.skip("no sm90 kernel on this GPU")
+    lens_q, lens_k, used_q = [113, 0, 200, 65], [203, 7, 129, 300], [100, 0, 200, 65]
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device="cuda")
+    used = torch.tensor(used_q, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(sum(lens_q), 8, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(sum(lens_k), 2, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    args = dict(max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), seqused_q=used, causal=True)
+    out, lse = tileattn.attention_varlen(q, k, v, cu_q, cu_k, return_lse=True, **args)
+    dout = torch.randn_like(out)
+    sm90 = tileattn.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, kernel="sm90", **args)
+    sm80 = tileattn.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, kernel="sm80", **args)
+    ref = tileattn.reference_backward(*(x.cpu().double() for x in (dout, q, k, v)), cu_seqlens_q=cu_q.cpu(),
+                                      cu_seqlens_k=cu_k.cpu(), **dict(args, seqused_q=used.cpu()))
+    for name, a, b, r in zip("qkv", sm90, sm80, ref):
+        assert torch.isfinite(a).all(), f"d{name}: sm90 wrote a non-finite value"
+        err_a = (a.double().cpu() - r).abs().max().item()
+        err_b = (b.double().cpu() - r).abs().max().item()
+        assert err_a <= 3 * err_b + 1e-3, f"d{name}: sm90 {err_a:.3g} against sm80 {err_b:.3g}"
 
 
 @needs_cuda

@@ -7,6 +7,7 @@
 
 #include "common/params.h"
 #include "cuda/common/kernel_params.h"
+#include "cuda/sm90/bwd_layout.h"
 
 namespace tileattn::detail::sm90 {
 
@@ -27,18 +28,19 @@ struct BwdParams {
   const float* lse2;
   const float* dsum;
   int64_t w_sb, w_sh;
-  // dQ in fp32, [B, Hq, m_blocks] tiles of bwd_block_m(D) x D, zeroed before the launch; each
-  // CTA adds its part of every query block it sees with one bulk reduction. A tile is two 64 x
-  // 64 parts (D = 128: its column halves; D = 64: its row halves), each laid out in the order
-  // of the m64n64 wgmma accumulators that compute it, [8][128 threads][4] (bwd_layout.h:
-  // dq_accum_pos), so the staging stores of a warp are 512 contiguous bytes; dq_from_accum maps
-  // it back. deterministic: the
-  // per-(batch, head, query block) counters that order those additions by key block, zeroed.
+  // dQ in fp32, tiles of bwd_block_m(D) x D (dq_tiles: one a query block of a sequence and a
+  // head, bwd_layout.h), zeroed before the launch; each CTA adds its part of every query block
+  // it sees with one bulk reduction. A tile is two 64 x 64 parts (D = 128: its column halves;
+  // D = 64: its row halves), each laid out in the order of the m64n64 wgmma accumulators that
+  // compute it, [8][128 threads][4] (bwd_layout.h: dq_accum_pos), so the staging stores of a
+  // warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: a counter a tile,
+  // zeroed, that orders those additions by key block.
   float* dq_accum;
   int* dq_order;
+  DqTiles dq_tiles;
   int64_t batch, heads_kv;
-  int64_t n_blocks, m_blocks;  // of the longest sequence, in kBwdBlockN keys / bwd_block_m(D) rows
-  float scale;                 // dQ = scale dS K, dK = scale dS^T Q
+  int64_t n_blocks;  // key blocks of kBwdBlockN of the longest sequence
+  float scale;       // dQ = scale dS K, dK = scale dS^T Q
 };
 
 // dK and dV written, dq_accum summed (the caller converts it into dq: dq_from_accum).

@@ -1,8 +1,9 @@
 // bwd_kernel.cuh: the sm90 backward kernel (DESIGN.md section 7): one CTA per (batch, KV head,
 // 128 keys), 384 threads: two consumer warpgroups of 64 keys each and a producer warpgroup
-// (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads:
-// K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step into two stages
-// (full / empty mbarriers); one lane of its second warp adds the consumers' dQ into dq_accum
+// (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads
+// (bwd_loader.cuh): K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step
+// into two stages (full / empty mbarriers; bwd_smem.cuh), zeroing the rows of a varlen block
+// past its sequence; one lane of its second warp adds the consumers' dQ into dq_accum
 // from two staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
 // addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A step is
 // one query head of the group and one block of block_m query rows that sees the keys (bwd.h:
@@ -30,117 +31,15 @@
 #include "cuda/common/math.cuh"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_loader.cuh"
 #include "cuda/sm90/bwd_ops.cuh"
 #include "cuda/sm90/bwd_order.h"
+#include "cuda/sm90/bwd_smem.cuh"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace tileattn::detail::sm90 {
-
-// Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
-// of Q and dO ([D / 64][kM rows][64]), dS ([2 key chunks][kM rows][64 keys], swizzled), two
-// buffers of dQ's fp32 staging (kM x D: the two consumers' 64 x 64 parts, in the accumulators'
-// order), two stages of lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
-template <int kD>
-struct BwdSmem {
-  static constexpr int kM = bwd_block_m(kD);  // query rows a step
-  static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kM * kD * 2;
-  static constexpr int kDsBytes = kM * kBwdBlockN * 2, kDqBytes = kM * kD * 4;
-  static constexpr int kRowsBytes = 2 * kM * 4;  // a stage's lse2 and dsum rows
-  static constexpr int kBytes =
-      1024 + 2 * kKBytes + 4 * kQBytes + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
-  uint8_t* base;
-  __device__ uint8_t* k() const { return base; }
-  __device__ uint8_t* v() const { return base + kKBytes; }
-  __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
-  __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
-  __device__ uint8_t* ds() const { return base + 2 * kKBytes + 4 * kQBytes; }
-  __device__ float* dq(int buf) const { return reinterpret_cast<float*>(ds() + kDsBytes + buf * kDqBytes); }
-  // Stage s's lse2 (kM floats), then its dsum.
-  __device__ float* rows(int stage) const {
-    return reinterpret_cast<float*>(ds() + kDsBytes + 2 * kDqBytes + stage * kRowsBytes);
-  }
-  __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + 2 * kDqBytes + 2 * kRowsBytes);
-  }
-  // [0] K and V landed; stage s's Q, dO and rows landed / read by every consumer; dQ staging
-  // buffer s written by both consumers / read by its bulk addition.
-  __device__ uint64_t* kv_full() const { return barriers(); }
-  __device__ uint64_t* qdo_full(int s) const { return barriers() + 1 + s; }
-  __device__ uint64_t* qdo_empty(int s) const { return barriers() + 3 + s; }
-  __device__ uint64_t* dq_full(int s) const { return barriers() + 5 + s; }
-  __device__ uint64_t* dq_empty(int s) const { return barriers() + 7 + s; }
-};
-static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024,
-              "the backward needs more shared memory than a CTA has");
-static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys");
-static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64,
-              "a step's dQ tile is two 64 x 64 parts, one a consumer (bwd_layout.h)");
-
-// A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
-// m_count (every query head of the KV head's group, every query block that sees the keys).
-struct BwdSteps {
-  int64_t b, hk, group, count;
-  int m_begin, m_count;
-  __device__ int64_t head(int64_t i) const { return hk * group + i / m_count; }
-  __device__ int block(int64_t i) const { return m_begin + static_cast<int>(i % m_count); }
-};
-
-// The producer's first warp: K and V once, then each step's Q and dO (lane 0, TMA) and its lse2
-// / dsum rows (every lane kM / 32 of them, 0 past the sequence: those columns are masked; loaded
-// before the wait for the stage, stored after it) into the stage its consumers have released.
-// qdo_full completes on lane 0's expected bytes and the 32 lanes' arrivals after their stores.
-template <int kD>
-__device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
-                                           int k0, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                           const CUtensorMap* tm_v, const CUtensorMap* tm_do) {
-  using Smem = BwdSmem<kD>;
-  constexpr int kChunks = kD / 64;
-  const int lane = threadIdx.x % 32, len_q = static_cast<int>(p.f.seqlen_q);
-  const int32_t bb = static_cast<int32_t>(st.b), hk = static_cast<int32_t>(st.hk);
-  if (lane == 0) {
-    tma_prefetch_descriptor(tm_q);
-    tma_prefetch_descriptor(tm_do);
-    mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Smem::kKBytes);
-    for (int c = 0; c < kChunks; ++c) {
-      tma_load_4d(sm.k() + c * kBwdBlockN * 128, tm_k, sm.kv_full(), 64 * c, hk, k0, bb);
-      tma_load_4d(sm.v() + c * kBwdBlockN * 128, tm_v, sm.kv_full(), 64 * c, hk, k0, bb);
-    }
-  }
-  for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i & 1);
-    const int64_t h = st.head(i);
-    const int32_t q0 = st.block(i) * Smem::kM;
-    const int64_t w0 = st.b * p.w_sb + h * p.w_sh + q0;
-    constexpr int kPerLane = Smem::kM / 32;
-    float lse2[kPerLane], dsum[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int r = lane + 32 * j;
-      const bool ok = q0 + r < len_q;
-      lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
-      dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
-    }
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
-    if (lane == 0) {
-      mbarrier_arrive_expect_tx(sm.qdo_full(stage), 2 * Smem::kQBytes);
-      for (int c = 0; c < kChunks; ++c) {
-        tma_load_4d(sm.q(stage) + c * Smem::kM * 128, tm_q, sm.qdo_full(stage), 64 * c,
-                    static_cast<int32_t>(h), q0, bb);
-        tma_load_4d(sm.dout(stage) + c * Smem::kM * 128, tm_do, sm.qdo_full(stage), 64 * c,
-                    static_cast<int32_t>(h), q0, bb);
-      }
-    }
-    float* dst = sm.rows(stage);
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      dst[lane + 32 * j] = lse2[j];
-      dst[Smem::kM + lane + 32 * j] = dsum[j];
-    }
-    mbarrier_arrive(sm.qdo_full(stage));
-  }
-}
 
 // Lane 0 of the producer's second warp: each step's dQ staging, once both consumers have
 // written it, added into dq_accum by one bulk reduction, the buffer released once the
@@ -148,22 +47,23 @@ __device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParam
 // block's order (polling with a short sleep, so the spin takes few issue slots from the
 // consumers beside it) and raises the counter once the addition is complete (or at the next
 // addition: bwd_order.h).
-template <int kD, class Mask>
-__device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSteps& st,
-                                              int n_block, bool defer) {
+template <int kD, class Mask, bool kVarlen>
+__device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSeq& seq,
+                                              const BwdSteps& st, int n_block, bool defer) {
   constexpr int kM = BwdSmem<kD>::kM;
   const cuda::KernelParams& f = p.f;
   const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
-  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
-  const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
+  const int len_q = seq.len_q;
+  const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
     const int buf = static_cast<int>(i & 1);
     mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
     const int64_t h = st.head(i);
     const int m = st.block(i), q0 = m * kM;
-    float* dst = p.dq_accum + ((st.b * f.heads_q + h) * p.m_blocks * kM + q0) * kD;
-    int* order = p.dq_order ? p.dq_order + (st.b * f.heads_q + h) * p.m_blocks + m : nullptr;
+    const int64_t tile = p.dq_tiles.tile<kVarlen>(st.b, h, m);
+    float* dst = p.dq_accum + tile * kM * kD;
+    int* order = p.dq_order ? p.dq_order + tile : nullptr;
     if (order) {                       // after the key blocks before this one in the query block's order
       if (raise) release_turn(raise);  // the last addition
       raise = nullptr;
@@ -192,14 +92,14 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
 template <int kD, class T, class Mask>
-__device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, int w, int n_block,
-                                             const BwdSteps& st) {
+__device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSeq& seq,
+                                             int w, int n_block, const BwdSteps& st) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kM = BwdSmem<kD>::kM, kE = kM / 2;  // S^T's elements a thread: 64 keys x kM queries
   using Bits = std::conditional_t<(kE > 32), uint64_t, uint32_t>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
-  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
+  const int len_q = seq.len_q, len_k = seq.len_k;
   const int k0 = n_block * kBwdBlockN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   const bool softcap = f.transform == cuda::ScoreTransform::kSoftcap;
@@ -338,8 +238,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   }
 
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
-  T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh;
-  T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh;
+  T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh + seq.k_start * p.dk_sl;
+  T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl;
 #pragma unroll
   for (int e = 0; e < kD / 2; e += 2) {
     const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
@@ -351,7 +251,9 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
   }
 }
 
-template <int kD, class T, class Mask>
+// kVarlen: the batch's sequences differ (cu_seqlens, seqused: bwd_seq); CTAs past a sequence's
+// keys end at once.
+template <int kD, class T, class Mask, bool kVarlen>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -368,8 +270,10 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   st.hk = (linear / p.n_blocks) % p.heads_kv;
   st.b = linear / p.n_blocks / p.heads_kv;
   st.group = f.group;
-  const int len_q = static_cast<int>(f.seqlen_q), len_k = static_cast<int>(f.seqlen_k);
-  const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
+  const BwdSeq seq = bwd_seq<kVarlen>(f, st.b);
+  if (n_block * kBwdBlockN >= seq.len_k) return;  // past this sequence's keys: nothing to write
+  const int len_q = seq.len_q;
+  const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
   bwd_query_blocks(band, n_block, len_q, Smem::kM, kBwdBlockN, &st.m_begin, &st.m_count);
   st.count = int64_t{st.m_count} * f.group;
 
@@ -380,7 +284,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       mbarrier_init(sm.qdo_empty(s), 2 * kWarpgroupThreads);
       mbarrier_init(sm.dq_full(s), 2 * kWarpgroupThreads);  // every consumer writes its half
       mbarrier_init(sm.dq_empty(s), 1);                     // the writer's bulk reduction has read it
+      mbarrier_init(sm.qdo_landed(s), 1);
     }
+    mbarrier_init(sm.kv_landed(), 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -389,19 +295,20 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     warpgroup_reg_dealloc<24>();
     const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
-      bwd_loader<kD>(sm, p, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
+      bwd_loader<kD>(sm, p, seq, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
     } else if (warp == 1 && lane == 0) {
       // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
       // block, so it reaches each block later than this one (bwd_order.h).
       int prev_begin = 0, prev_count = 0;
       if (n_block > 0)
         bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, kBwdBlockN, &prev_begin, &prev_count);
-      bwd_dq_writer<kD, Mask>(sm, p, st, n_block, order.deferred(n_block, st.m_begin, prev_begin));
+      bwd_dq_writer<kD, Mask, kVarlen>(sm, p, seq, st, n_block,
+                                       order.deferred(n_block, st.m_begin, prev_begin));
     }
     return;
   }
   warpgroup_reg_alloc<240>();
-  bwd_consumer<kD, T, Mask>(sm, p, wg, n_block, st);
+  bwd_consumer<kD, T, Mask>(sm, p, seq, wg, n_block, st);
 #endif
 }
 

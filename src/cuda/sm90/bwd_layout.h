@@ -3,6 +3,8 @@
 // CPU tests that replay the dS store and the dQ staging (tests/sm90_ds_layout_test.cc).
 #pragma once
 
+#include <cstdint>
+
 #include "common/host_device.h"
 
 namespace tileattn::detail::sm90 {
@@ -37,5 +39,49 @@ TILEATTN_HD void dq_accum_pos(int idx, int head_dim, int* row, int* col) {
   *row = dq_part_row(part, head_dim) + acc_row(4 * g, t / 32, t % 32);
   *col = dq_part_col(part, head_dim) + acc_col(4 * g, t % 32);
 }
+
+// dq_accum's tiles of block_m x head_dim fp32 (bwd.h): head-major, and within a head the
+// batch's sequences one after another. A dense batch gives each sequence m_blocks tiles (its
+// query blocks). A packed (varlen) q gives sequence b the tiles from (cu_q[b] + b block_m) /
+// block_m on: at least ceil(len_b / block_m) before sequence b + 1's first (FA3's padding), so
+// a head takes (total_q + batch block_m) / block_m tiles instead of batch x the longest
+// sequence's blocks. Tiles in the gaps are zero and never read back.
+struct DqTiles {
+  const int32_t* cu_q;  // null: a dense batch
+  int64_t batch, m_blocks, head_blocks;
+  int block_m;
+  TILEATTN_HD static DqTiles make(const int32_t* cu_q, int64_t batch, int64_t m_blocks, int64_t total_q,
+                                  int block_m) {
+    const int64_t head_blocks = cu_q ? (total_q + batch * block_m) / block_m : batch * m_blocks;
+    return DqTiles{cu_q, batch, m_blocks, head_blocks, block_m};
+  }
+  // The first tile of sequence b within a head (kMayPack false: known to be a dense batch).
+  template <bool kMayPack = true>
+  TILEATTN_HD int64_t first(int64_t b) const {
+    return kMayPack && cu_q ? (cu_q[b] + b * block_m) / block_m : b * m_blocks;
+  }
+  // Query block m of sequence b, head h.
+  template <bool kMayPack = true>
+  TILEATTN_HD int64_t tile(int64_t b, int64_t h, int64_t m) const {
+    return h * head_blocks + first<kMayPack>(b) + m;
+  }
+  // The sequence and query block of tile t of a head (t < head_blocks): the last sequence whose
+  // first tile is <= t (a gap tile maps to a block past its sequence's rows).
+  TILEATTN_HD void locate(int64_t t, int64_t* b, int64_t* m) const {
+    if (!cu_q) {
+      *b = t / m_blocks, *m = t % m_blocks;
+      return;
+    }
+    int64_t lo = 0, hi = batch - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (first(mid) <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    *b = lo, *m = t - first(lo);
+  }
+};
 
 }  // namespace tileattn::detail::sm90

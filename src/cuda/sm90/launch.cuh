@@ -32,19 +32,6 @@ inline CUtensorMap packed_map_of(const void* base, bool bf16, const Strides4& st
   return make_tensor_map_16bit(base, bf16, 5, dims, strides, box, true);
 }
 
-// The [B, L, H, D] view a tensor map covers: a packed varlen tensor ([total, H, D], batch
-// stride 0) is one batch entry of `total` rows, its batch stride any valid one.
-struct MapView {
-  Strides4 strides;
-  int64_t batch, len;
-};
-inline MapView map_view(const Strides4& st, int64_t batch, int64_t len, bool packed, int64_t total) {
-  if (!packed) return MapView{st, batch, len};
-  Strides4 s = st;
-  s.b = st.l * (total > 0 ? total : 1);
-  return MapView{s, 1, total};
-}
-
 template <class Cfg, class T, class Mask, bool kServing, bool kGather = false>
 void launch(const AttnParams& p, int pack, int splits) {
   constexpr TileConfig kCfg = Cfg::kCfg;
