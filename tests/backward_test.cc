@@ -164,6 +164,9 @@ TEST(Backward, VarlenLowPrecision) {
   dense.batch = 2, dense.used_q = {40, 11}, dense.used_k = {0, 90};
   dense.options.causal = true;
   check(dense);
+  Problem mixed = p;  // a packed q against a dense k with seqused_k
+  mixed.packed_k = false, mixed.seqlen_k = 50, mixed.lens_k.clear(), mixed.used_k = {50, 3, 0, 17};
+  check(mixed, true);
 }
 
 TEST(Backward, NanReachesOnlyWhatSeesIt) {

@@ -58,6 +58,7 @@ BackwardCase::BackwardCase(const Problem& p, bool with_dlse)
   dout = like_q(p, p.dtype, p.out_layout);
   std::mt19937_64 rng = rng_for(p.name() + " dout");
   dout.fill_normal(rng);
+  if (p.varlen()) poison_unused_rows(dout, p, true);  // like q's: no gradient may read them
   seqlens = c.seqlens([](const HostTensor& t) { return t.ref(); }, &index_refs);
   std::vector<int64_t> lse_shape;
   for (int d = 0; d < fwd.lse.rank(); ++d) lse_shape.push_back(fwd.lse.dim(d));

@@ -39,7 +39,8 @@ HostTensor rows_tensor(const Problem& p, bool packed, const std::vector<int64_t>
   return HostTensor::blhd(dtype, p.batch, L, H, p.head_dim, layout);
 }
 
-// Sets the rows of t (q, k or v) that do not count to NaN: they must not reach any result.
+}  // namespace
+
 void poison_unused_rows(HostTensor& t, const Problem& p, bool side_q) {
   const bool packed = side_q ? p.packed_q : p.packed_k;
   const std::vector<int64_t>& lens = side_q ? p.lens_q : p.lens_k;
@@ -54,8 +55,6 @@ void poison_unused_rows(HostTensor& t, const Problem& p, bool side_q) {
           t.set(packed ? Index{cu[b] + i, h, d, 0} : Index{b, i, h, d}, nan);
   }
 }
-
-}  // namespace
 
 Case::Case(const Problem& p, uint64_t seed) : problem(p) {
   std::mt19937_64 rng(seed);

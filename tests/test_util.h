@@ -105,6 +105,10 @@ struct Problem {
   std::string test_name() const { return name(); }
 };
 
+// Sets the rows of t (q, dout or out when side_q, else k or v) that do not count (past seqused)
+// to NaN: they must not reach any result.
+void poison_unused_rows(HostTensor& t, const Problem& p, bool side_q);
+
 // A varlen problem: sequences of these query and key lengths (packed), the rest as `base`.
 Problem varlen_problem(Problem base, std::vector<int64_t> lens_q, std::vector<int64_t> lens_k);
 

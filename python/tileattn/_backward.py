@@ -61,10 +61,9 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
         deterministic: the same bits on every run (a fixed order for every gradient sum).
         dlse: optional gradient with respect to ``lse`` (float32, shaped like it), for a loss
             that also uses the LSE (merging partial results does).
-        kernel: ``"auto"`` (on Hopper the sm90 backward where it takes the case at head dim
-            128, and at 64 without ``deterministic`` on unmasked rows or masked ones of 4k keys
-            on; else the sm80 one), ``"sm80"``, or ``"sm90"``: the Hopper backward (head dims
-            64 and 128, dense batches; ValueError naming what it does not take). Plain torch
+        kernel: ``"auto"`` (on Hopper the sm90 backward at head dim 128; else the sm80 one),
+            ``"sm80"``, or ``"sm90"``: the Hopper backward (head dims
+            64 and 128; ValueError naming what it does not take). Plain torch
             tensors and other array kinds only (the torch op that ``torch.compile`` traces takes
             ``"auto"``).
 

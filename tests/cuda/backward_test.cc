@@ -243,12 +243,17 @@ TEST(CudaBackwardSm90, VarlenAndSequsedMatchTheOracle) {
         dense.options = base.options;
         dense.used_q = {150, 1, 77}, dense.used_k = {260, 0, 100};
         test::check_backward(dense, false, gpu_backward);
+        Problem mixed = p;  // a packed q against a dense k (each side's map and batch coordinate)
+        mixed.packed_k = false, mixed.seqlen_k = 300, mixed.lens_k.clear(),
+        mixed.used_k = {300, 5, 0, 1, 299, 160};
+        test::check_backward(mixed, false, gpu_backward);
       }
   Problem p = test::varlen_problem(make(1, 0, 0, 4, 2, 128, DType::kBFloat16), {200, 65, 0, 300, 129},
                                    {300, 65, 7, 129, 200});
   p.options.causal = true;
   p.options.kernel = Kernel::kCudaSm90;
   p.options.deterministic = true;
+  test::check_backward(p, true, gpu_backward);
   const BackwardCase bc(p);
   const Grads first = gpu_backward(bc, p.options);
   int64_t differing = 0;

@@ -96,11 +96,14 @@ def test_bad_arguments_name_themselves():
         tileattn.attention_backward(q, q, k, v, out, lse, kernel="fast")
     np.testing.assert_array_equal(tileattn.attention_backward(q, q, k, v, out, lse, kernel="cpu")[0],
                                   tileattn.attention_backward(q, q, k, v, out, lse)[0])
-    cu = np.array([0, 2, 5], dtype=np.int32)  # the varlen entry takes kernel= alike
-    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v, out)]
+    # The varlen entry takes kernel= alike.
+    pq, pk, pv = (x.reshape(-1, *x.shape[2:]) for x in (q, k, v))
+    cu_q = np.array([0, 3, pq.shape[0]], dtype=np.int32)
+    cu_k = np.array([0, 4, pk.shape[0]], dtype=np.int32)
+    lens = dict(max_seqlen_q=pq.shape[0] - 3, max_seqlen_k=pk.shape[0] - 4)
+    o, l = tileattn.attention_varlen(pq, pk, pv, cu_q, cu_k, return_lse=True, **lens)
     with pytest.raises(ValueError, match=r"^kernel: sm90 runs on CUDA tensors, but q is on the CPU"):
-        tileattn.attention_varlen_backward(packed[0], *packed, None, cu, cu, max_seqlen_q=3, max_seqlen_k=3,
-                                           kernel="sm90")
+        tileattn.attention_varlen_backward(pq, pq, pk, pv, o, l, cu_q, cu_k, kernel="sm90", **lens)
 
 
 # -- torch autograd ---------------------------------------------------------------------------
