@@ -40,20 +40,9 @@ class StreamBuffer {
 // The sm90 backward: dq_accum (and dq_order in deterministic mode) zeroed on the stream, the
 // kernel, then dq from dq_accum.
 void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cudaStream_t stream) {
-  const AttnParams& p = b.fwd;
-  sm90::BwdParams kp{};
-  kp.f = k.f;
-  kp.dk = b.dk, kp.dv = b.dv;
-  kp.dk_sb = k.dk_sb, kp.dk_sl = k.dk_sl, kp.dk_sh = k.dk_sh;
-  kp.dv_sb = k.dv_sb, kp.dv_sl = k.dv_sl, kp.dv_sh = k.dv_sh;
-  kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
-  kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
-  kp.n_blocks = (p.seqlen_k + sm90::kBwdBlockN - 1) / sm90::kBwdBlockN;
-  const int block_m = sm90::bwd_block_m(p.head_dim);
-  kp.dq_tiles =
-      sm90::DqTiles::make(p.seqs.cu_q, p.batch, (p.seqlen_q + block_m - 1) / block_m, p.total_q, block_m);
-  const int64_t tiles = p.heads_q * kp.dq_tiles.head_blocks;
-  const int64_t accum = tiles * block_m * p.head_dim, orders = b.deterministic ? tiles : 0;
+  sm90::BwdParams kp = sm90::bwd_params(b, k);
+  const int64_t tiles = b.fwd.heads_q * kp.dq_tiles.head_blocks;
+  const int64_t accum = tiles * kp.dq_tiles.block_m * b.fwd.head_dim, orders = b.deterministic ? tiles : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
   kp.dq_accum = scratch.data();
   kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;

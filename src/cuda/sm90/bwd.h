@@ -7,6 +7,7 @@
 
 #include "common/params.h"
 #include "cuda/common/kernel_params.h"
+#include "cuda/sm80/bwd_params.h"
 #include "cuda/sm90/bwd_layout.h"
 
 namespace tileattn::detail::sm90 {
@@ -42,6 +43,24 @@ struct BwdParams {
   int64_t n_blocks;  // key blocks of kBwdBlockN of the longest sequence
   float scale;       // dQ = scale dS K, dK = scale dS^T Q
 };
+
+// The kernel's parameters for b, from the sm80 kernels' (the same preprocessing rows), but for
+// dq_accum and dq_order: heads_q x dq_tiles.head_blocks tiles of block_m x D floats and as many
+// ints, zeroed, which the caller allocates (cuda/backward.cc).
+inline BwdParams bwd_params(const BackwardParams& b, const sm80::BwdKernelParams& k) {
+  const AttnParams& p = b.fwd;
+  BwdParams kp{};
+  kp.f = k.f;
+  kp.dk = b.dk, kp.dv = b.dv;
+  kp.dk_sb = k.dk_sb, kp.dk_sl = k.dk_sl, kp.dk_sh = k.dk_sh;
+  kp.dv_sb = k.dv_sb, kp.dv_sl = k.dv_sl, kp.dv_sh = k.dv_sh;
+  kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
+  kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
+  kp.n_blocks = (p.seqlen_k + kBwdBlockN - 1) / kBwdBlockN;
+  const int block_m = bwd_block_m(p.head_dim);
+  kp.dq_tiles = DqTiles::make(p.seqs.cu_q, p.batch, (p.seqlen_q + block_m - 1) / block_m, p.total_q, block_m);
+  return kp;
+}
 
 // dK and dV written, dq_accum summed (the caller converts it into dq: dq_from_accum).
 void backward(const BackwardParams& b, const BwdParams& kp);

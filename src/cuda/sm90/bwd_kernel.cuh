@@ -47,10 +47,10 @@ namespace tileattn::detail::sm90 {
 // block's order (polling with a short sleep, so the spin takes few issue slots from the
 // consumers beside it) and raises the counter once the addition is complete (or at the next
 // addition: bwd_order.h).
-template <int kD, class Mask, bool kVarlen>
-__device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSeq& seq,
+template <class Smem, class Mask, bool kVarlen>
+__device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
                                               const BwdSteps& st, int n_block, bool defer) {
-  constexpr int kM = BwdSmem<kD>::kM;
+  constexpr int kM = Smem::kM, kD = Smem::kDim;
   const cuda::KernelParams& f = p.f;
   const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
   const int len_q = seq.len_q;
@@ -91,11 +91,11 @@ __device__ __forceinline__ void bwd_dq_writer(const BwdSmem<kD>& sm, const BwdPa
 }
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
-template <int kD, class T, class Mask>
-__device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSeq& seq,
-                                             int w, int n_block, const BwdSteps& st) {
+template <class Smem, class T, class Mask>
+__device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p, const BwdSeq& seq, int w,
+                                             int n_block, const BwdSteps& st) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kM = BwdSmem<kD>::kM, kE = kM / 2;  // S^T's elements a thread: 64 keys x kM queries
+  constexpr int kD = Smem::kDim, kM = Smem::kM, kE = kM / 2;  // S^T's elements a thread: 64 keys x kM queries
   using Bits = std::conditional_t<(kE > 32), uint64_t, uint32_t>;
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
@@ -195,7 +195,10 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
     // Four stmatrix .trans a thread, each 8 x 8 block of keys by queries stored as 8 query rows
     // of 16 bytes (bwd_layout.h).
-    const uint32_t ds_base = smem_addr(sm.ds() + w * kM * 128);
+    // Two dS buffers (Smem::kDsBuffers): step i writes buffer i % 2, whose last readers (step i -
+    // 2's dQ GEMMs) both consumers completed before step i - 1's barrier 1.
+    const int ds_buf = Smem::kDsBuffers == 2 ? static_cast<int>(i & 1) : 0;
+    const uint32_t ds_base = smem_addr(sm.ds(ds_buf) + w * kM * 128);
 #pragma unroll
     for (int m = 0; m < kM / 16; ++m)
       stmatrix_x4_trans(ds_base + ds_stmatrix_offset(m, warp, lane), fs[m][0], fs[m][1], fs[m][2], fs[m][3]);
@@ -209,7 +212,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
 #pragma unroll
     for (int kk = 0; kk < kBwdBlockN / 16; ++kk) {  // keys 16 kk on
       const uint64_t da =
-          make_smem_desc(sm.ds() + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
+          make_smem_desc(sm.ds(ds_buf) + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
       const uint64_t db =
           make_smem_desc(sm.k() + dq_col / 64 * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
       WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
@@ -220,10 +223,11 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
     fence_operands<kD / 2>(dv);
     fence_operands<32>(dq);
 
-    // Every GEMM of this step has read dS, Q and dO: dS may be written again, and the stage goes
-    // back to the loader. Every consumer thread arrives (the loader's lanes then overwrite the
-    // rows each of them read).
-    named_sync(2, 2 * kWarpgroupThreads);
+    // Every GEMM of this step has read dS, Q and dO: dS may be written again (one buffer: once
+    // the other consumer's GEMMs have read it too), and the stage goes back to the loader. Every
+    // consumer thread arrives, after its own warpgroup's GEMMs (the loader's lanes then
+    // overwrite the rows each of them read).
+    if constexpr (Smem::kDsBuffers == 1) named_sync(2, 2 * kWarpgroupThreads);
     mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
@@ -253,13 +257,13 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmem<kD>& sm, const BwdPar
 
 // kVarlen: the batch's sequences differ (cu_seqlens, seqused: bwd_seq); CTAs past a sequence's
 // keys end at once.
-template <int kD, class T, class Mask, bool kVarlen>
+template <int kD, class T, class Mask, bool kVarlen, int kDsStages = 1>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Smem = BwdSmem<kD>;
+  using Smem = BwdSmem<kD, kDsStages>;
   extern __shared__ uint8_t smem_raw[];
   const Smem sm{align_smem_1024(smem_raw)};
   const cuda::KernelParams& f = p.f;
@@ -295,20 +299,20 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     warpgroup_reg_dealloc<24>();
     const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
-      bwd_loader<kD>(sm, p, seq, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
+      bwd_loader(sm, p, seq, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
     } else if (warp == 1 && lane == 0) {
       // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
       // block, so it reaches each block later than this one (bwd_order.h).
       int prev_begin = 0, prev_count = 0;
       if (n_block > 0)
         bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, kBwdBlockN, &prev_begin, &prev_count);
-      bwd_dq_writer<kD, Mask, kVarlen>(sm, p, seq, st, n_block,
-                                       order.deferred(n_block, st.m_begin, prev_begin));
+      bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, seq, st, n_block,
+                                         order.deferred(n_block, st.m_begin, prev_begin));
     }
     return;
   }
   warpgroup_reg_alloc<240>();
-  bwd_consumer<kD, T, Mask>(sm, p, seq, wg, n_block, st);
+  bwd_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
 #endif
 }
 

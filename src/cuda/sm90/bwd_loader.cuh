@@ -34,13 +34,12 @@ __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int rows, int from
 // warp waits for it, zeroes the rows past the sequence and arrives in the bytes' place (lane 0).
 // K's rows past the keys matter (dQ = dS K multiplies them by 0), V's do not (dP^T's rows there
 // are masked). Q's and dO's matter to dK and dV alike.
-template <int kD>
-__device__ __forceinline__ void bwd_loader(const BwdSmem<kD>& sm, const BwdParams& p, const BwdSeq& seq,
+template <class Smem>
+__device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
                                            const BwdSteps& st, int k0, const CUtensorMap* tm_q,
                                            const CUtensorMap* tm_k, const CUtensorMap* tm_v,
                                            const CUtensorMap* tm_do) {
-  using Smem = BwdSmem<kD>;
-  constexpr int kChunks = kD / 64;
+  constexpr int kChunks = Smem::kDim / 64;
   const int lane = threadIdx.x % 32;
   const bool ragged_k = seq.ragged_k && k0 + kBwdBlockN > seq.len_k;
   if (lane == 0) {
