@@ -37,14 +37,15 @@ TEST(Sm90DsLayout, StmatrixStoresEveryElementOfDsTransposedOnce) {
   }
 }
 
-// Consumer w stores its m64n64 dQ accumulators dq[4 g .. 4 g + 3] as float4 g * 128 + thread of
-// part w (bwd_kernel.cuh); element j of them is (acc_row(4 g + j), acc_col(4 g + j)) of part w.
+// The consumer of part w stores its m64n64 dQ accumulators dq[4 g .. 4 g + 3] as float4 g * 128
+// + thread of part w (bwd_kernel.cuh, bwd_pair.cuh); element j of them is (acc_row(4 g + j),
+// acc_col(4 g + j)) of part w.
 TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
-  for (int head_dim : {64, 128}) {
-    const int block_m = head_dim == 64 ? 128 : 64;
+  for (int head_dim : {64, 128, 256}) {  // parts of 64 x 64: 2, 2 and 4 (two a consumer at D = 256)
+    const int block_m = head_dim == 64 ? 128 : 64, parts = head_dim == 256 ? 4 : 2;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     std::vector<int> hits(block_m * head_dim, 0);
-    for (int w = 0; w < 2; ++w)
+    for (int w = 0; w < parts; ++w)
       for (int t = 0; t < 128; ++t)
         for (int g = 0; g < 8; ++g) {
           int row = -1, col = -1;

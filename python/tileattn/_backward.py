@@ -63,7 +63,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
             that also uses the LSE (merging partial results does).
         kernel: ``"auto"`` (on Hopper the sm90 backward at head dim 128; else the sm80 one),
             ``"sm80"``, or ``"sm90"``: the Hopper backward (head dims
-            64 and 128; ValueError naming what it does not take). Plain torch
+            64, 128 and 256; ValueError naming what it does not take). Plain torch
             tensors and other array kinds only (the torch op that ``torch.compile`` traces takes
             ``"auto"``).
 

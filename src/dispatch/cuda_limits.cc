@@ -119,8 +119,8 @@ Rejection cuda_backward_rejects(const BackwardParams& b) {
 // The problem's rules first (testable in any build), then whether this build has the kernel.
 Rejection sm90_backward_rejects(const BackwardParams& b) {
   const AttnParams& p = b.fwd;
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return {"q", "head_dim " + str(p.head_dim) + " has no sm90 backward (64 and 128 do)"};
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return {"q", "head_dim " + str(p.head_dim) + " has no sm90 backward (64, 128 and 256 do)"};
   // A packed varlen tensor's rows are one TMA map (its batch stride is 0).
   const bool packed_q = p.seqs.cu_q != nullptr, packed_k = p.seqs.cu_k != nullptr;
   if ((packed_q ? p.total_q : p.seqlen_q) == 0 || (packed_k ? p.total_k : p.seqlen_k) == 0)

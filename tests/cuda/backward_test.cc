@@ -34,14 +34,15 @@ Problem make(int64_t b, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t
 
 std::vector<Problem> dense_cases() {
   std::vector<Problem> out;
-  // The last two: D = 64 over several of the sm90 backward's 128-row query blocks, the last one
-  // less and more than half full, GQA, Lk > Lq.
+  // The last three: D = 64 over several of the sm90 backward's 128-row query blocks, the last
+  // one less and more than half full, GQA, Lk > Lq; D = 256 over several query and key blocks of
+  // 64, both ragged, GQA.
   const struct {
     int64_t b, lq, lk, hq, hkv, d;
-  } shapes[] = {{1, 1, 1, 2, 1, 64},      {2, 17, 63, 4, 2, 40},   {1, 65, 64, 2, 2, 64},
-                {1, 113, 203, 8, 1, 128}, {1, 203, 113, 2, 1, 96}, {1, 257, 129, 6, 3, 128},
-                {1, 130, 70, 2, 2, 256},  {1, 64, 200, 4, 4, 200}, {2, 1023, 1025, 2, 1, 128},
-                {1, 300, 330, 4, 2, 64},  {2, 230, 1025, 4, 1, 64}};
+  } shapes[] = {{1, 1, 1, 2, 1, 64},      {2, 17, 63, 4, 2, 40},    {1, 65, 64, 2, 2, 64},
+                {1, 113, 203, 8, 1, 128}, {1, 203, 113, 2, 1, 96},  {1, 257, 129, 6, 3, 128},
+                {1, 130, 70, 2, 2, 256},  {1, 64, 200, 4, 4, 200},  {2, 1023, 1025, 2, 1, 128},
+                {1, 300, 330, 4, 2, 64},  {2, 230, 1025, 4, 1, 64}, {2, 200, 150, 4, 2, 256}};
   for (const auto& s : shapes)
     for (DType dtype : {DType::kBFloat16, DType::kFloat16})
       for (int mask = 0; mask < 4; ++mask) {
@@ -147,12 +148,12 @@ TEST(CudaBackward, BadArgumentsNameThemselves) {
   }
 }
 
-// The sm90 backward on the dense cases of the head dims it has (64, 128), each with its LSE
+// The sm90 backward on the dense cases of the head dims it has (64, 128, 256), each with its LSE
 // gradient too; it is asked for, so a quiet fall back to sm80 cannot pass for it.
 std::vector<Problem> sm90_cases() {
   std::vector<Problem> out;
   for (Problem p : dense_cases())
-    if (p.head_dim == 64 || p.head_dim == 128) {
+    if (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) {
       p.options.kernel = Kernel::kCudaSm90;
       out.push_back(p);
     }
@@ -195,7 +196,7 @@ TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
 TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {64, 128, 256}) {
     Problem p = make(60, 200, 300, 4, 2, d, DType::kBFloat16);
     p.options.causal = true;
     p.options.kernel = Kernel::kCudaSm90;
@@ -228,7 +229,7 @@ TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
 TEST(CudaBackwardSm90, VarlenAndSequsedMatchTheOracle) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
-  for (int64_t d : {64, 128})
+  for (int64_t d : {64, 128, 256})
     for (DType dtype : {DType::kBFloat16, DType::kFloat16})
       for (int mask = 0; mask < 3; ++mask) {
         Problem base = make(1, 0, 0, 4, 2, d, dtype);

@@ -138,7 +138,7 @@ int main() {
   // The sm90 backward (asked for): both head dims, masked and deterministic, over several query
   // blocks a CTA (D = 64's 128-row steps: 3 blocks x 2 heads, each stage and dQ buffer reused).
   if (sm90_available())
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 256}) {
       Problem p;
       p.dtype = DType::kBFloat16, p.seqlen_q = 300, p.seqlen_k = 200, p.head_dim = d, p.heads_q = 4,
       p.heads_kv = 2, p.batch = 2;

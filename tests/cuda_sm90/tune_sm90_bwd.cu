@@ -3,7 +3,8 @@
 // 16384 / L, causal off and on (default L: 1024 4096 16384). Each variant runs the library's
 // whole sm90 path (preprocessing, dQ sums zeroed, kernel, conversion: cuda/backward.cc), timed
 // by CUDA events over 20 calls back to back after 3; TFLOP/s = 2.5 x 4 B H L^2 D (halved when
-// causal), and the largest difference of dq, dk and dv from the library's variant.
+// causal), after a run of each in deterministic mode, whose dq, dk and dv must have the same
+// bits (dS feeds only dQ, and deterministic mode orders dQ's additions: a dS race shows there).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,12 +25,13 @@ namespace {
 using namespace tileattn;
 using namespace tileattn::detail;
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    if ((x) != cudaSuccess) {                                                     \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(cudaGetLastError())); \
-      std::exit(1);                                                               \
-    }                                                                             \
+#define CHECK(x)                                                   \
+  do {                                                             \
+    const cudaError_t err = (x);                                   \
+    if (err != cudaSuccess) {                                      \
+      std::printf("%s failed: %s\n", #x, cudaGetErrorString(err)); \
+      std::exit(1);                                                \
+    }                                                              \
   } while (0)
 
 constexpr int64_t kD = 128;
@@ -39,6 +41,7 @@ struct Problem {
   bool causal;
   void *q, *k, *v, *dout, *out;
   float *lse, *rows, *accum;
+  int* order;  // null: dQ's additions race (the default); else deterministic mode's counters
 };
 
 // The library's sm90 path for p with kDsStages dS buffers, into dq, dk, dv.
@@ -63,8 +66,10 @@ void run(const Problem& pr, void* dq, void* dk, void* dv) {
   sm80::bwd_preprocess(k, p.dtype, nullptr);
   sm90::BwdParams kp = sm90::bwd_params(b, k);
   kp.dq_accum = pr.accum;
-  const int64_t accum = p.heads_q * kp.dq_tiles.head_blocks * kp.dq_tiles.block_m * kD;
+  const int64_t tiles = p.heads_q * kp.dq_tiles.head_blocks, accum = tiles * kp.dq_tiles.block_m * kD;
   CHECK(cudaMemsetAsync(pr.accum, 0, accum * sizeof(float)));
+  if (pr.order) CHECK(cudaMemsetAsync(pr.order, 0, tiles * sizeof(int)));
+  kp.dq_order = pr.order;
   cuda::for_dtype_and_mask(p, [&](auto, auto mask) {
     sm90::launch_bwd<kD, __nv_bfloat16, typename decltype(mask)::type, false, kDsStages>(b, kp);
   });
@@ -115,6 +120,11 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths;
   for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
   if (lengths.empty()) lengths = {1024, 4096, 16384};
+  for (int64_t L : lengths)
+    if (L < 64 || L > 16384 || L % 64 != 0) {
+      std::printf("failed: L = %lld (64 to 16384, a multiple of 64)\n", static_cast<long long>(L));
+      return 1;
+    }
   const int64_t n = int64_t{16384} * 2048;  // elements of each [B, L, H, D] buffer
   Problem pr{};
   void* grads[6];
@@ -122,13 +132,15 @@ int main(int argc, char** argv) {
   for (void*& g : grads) CHECK(cudaMalloc(&g, n * 2));
   CHECK(cudaMalloc(&pr.lse, n / kD * 4));
   CHECK(cudaMalloc(&pr.rows, 2 * n / kD * 4));
-  CHECK(cudaMalloc(&pr.accum, (n + 16384 * 64) * 4));
+  CHECK(cudaMalloc(&pr.accum, n * 4));  // B x L x H x D floats: L a multiple of 64, the dQ tiles'
+  int* order = nullptr;
+  CHECK(cudaMalloc(&order, n / kD / 64 * sizeof(int)));
   cuda_test::fill_hash_bf16(pr.q, n, 1);
   cuda_test::fill_hash_bf16(pr.k, n, 2);
   cuda_test::fill_hash_bf16(pr.v, n, 3);
   cuda_test::fill_hash_bf16(pr.dout, n, 4);
-  std::printf("%6s %6s %4s %7s | %24s | %24s | %s\n", "L", "B", "H", "causal", "one dS buffer: ms  TFLOP/s",
-              "two dS buffers: ms  TFLOP/s", "max |diff| dq dk dv");
+  std::printf("%6s %6s %4s %7s | %26s | %27s | %s\n", "L", "B", "H", "causal", "one dS buffer: ms  TFLOP/s",
+              "two dS buffers: ms  TFLOP/s", "deterministic max |diff| dq dk dv");
   for (int64_t L : lengths)
     for (bool causal : {false, true}) {
       pr.B = 16384 / L, pr.L = L, pr.H = 2048 / kD, pr.causal = causal;
@@ -141,20 +153,28 @@ int main(int argc, char** argv) {
       Options options;
       options.causal = causal;
       forward(q, k, v, o, &lse, options);
+      const int64_t elems = pr.B * L * pr.H * kD;
+      pr.order = order;  // deterministic mode: the same bits from both
+      run<1>(pr, grads[0], grads[1], grads[2]);
+      run<2>(pr, grads[3], grads[4], grads[5]);
+      CHECK(cudaDeviceSynchronize());
+      const double diffs[3] = {max_diff(grads[0], grads[3], elems), max_diff(grads[1], grads[4], elems),
+                               max_diff(grads[2], grads[5], elems)};
+      pr.order = nullptr;
       const float one = time_ms<1>(pr, grads[0], grads[1], grads[2]);
       const float two = time_ms<2>(pr, grads[3], grads[4], grads[5]);
       CHECK(cudaDeviceSynchronize());
-      const int64_t elems = pr.B * L * pr.H * kD;
       const double tflop = 2.5 * 4.0 * pr.B * pr.H * L * L * kD / (causal ? 2 : 1) / 1e9;
-      std::printf("%6lld %6lld %4lld %7d | %10.3f %13.1f | %10.3f %13.1f | %.3g %.3g %.3g\n",
+      const bool same = diffs[0] == 0 && diffs[1] == 0 && diffs[2] == 0;
+      std::printf("%6lld %6lld %4lld %7d | %10.3f %13.1f | %10.3f %13.1f | %.3g %.3g %.3g%s\n",
                   static_cast<long long>(L), static_cast<long long>(pr.B), static_cast<long long>(pr.H),
-                  static_cast<int>(causal), one, tflop / one, two, tflop / two,
-                  max_diff(grads[0], grads[3], elems), max_diff(grads[1], grads[4], elems),
-                  max_diff(grads[2], grads[5], elems));
+                  static_cast<int>(causal), one, tflop / one, two, tflop / two, diffs[0], diffs[1], diffs[2],
+                  same ? "" : "  FAILED: deterministic results differ");
     }
   for (void* ptr : {pr.q, pr.k, pr.v, pr.dout, pr.out, static_cast<void*>(pr.lse),
                     static_cast<void*>(pr.rows), static_cast<void*>(pr.accum)})
     cudaFree(ptr);
   for (void* g : grads) cudaFree(g);
+  cudaFree(order);
   return 0;
 }

@@ -340,7 +340,7 @@ def test_cuda_sm90_backward_matches_the_oracle_and_the_sm80_backward(causal):
     # sm80 kernels' error (kernel="sm80") on the same inputs.
     if not _sm90_available():
         pytest.skip("no sm90 kernel on this GPU")
-    for shape in [(2, 113, 203, 8, 2, 128), (1, 257, 129, 4, 4, 64)]:
+    for shape in [(2, 113, 203, 8, 2, 128), (1, 257, 129, 4, 4, 64), (1, 150, 130, 4, 2, 256)]:
         q, k, v = torch_qkv(shape, torch.bfloat16, "cuda", requires_grad=False)  # kernel= takes plain tensors
         out, lse = tileattn.attention(q, k, v, causal=causal, return_lse=True)
         dout = torch.randn_like(out)
@@ -354,7 +354,7 @@ def test_cuda_sm90_backward_matches_the_oracle_and_the_sm80_backward(causal):
 
 
 @needs_cuda
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_cuda_sm90_varlen_backward_matches_the_oracle_and_the_sm80_backward(d):
     # Packed sequences (one empty, last blocks running into the next sequence) with seqused_q:
     # kernel="sm90" against the float64 oracle, by the 3x rule against the sm80 kernels' error.

@@ -1,4 +1,4 @@
-// bwd.cu: launching the sm90 backward (bwd_kernel.cuh) for D in {64, 128} x {bf16, fp16} x
+// bwd.cu: launching the sm90 backward (bwd_kernel.cuh) for D in {64, 128, 256} x {bf16, fp16} x
 // {NoMask, WindowMask} x {dense, varlen}, and the conversion of the fp32 dQ sums into dq. Compiled for sm_90a
 // only (other targets get empty kernels).
 #include <cuda_bf16.h>
@@ -62,6 +62,8 @@ void backward(const BackwardParams& b, const BwdParams& kp) {
       launch_for<64, T, Mask>(b, kp);
     else if (b.fwd.head_dim == 128)
       launch_for<128, T, Mask>(b, kp);
+    else if (b.fwd.head_dim == 256)
+      launch_for<256, T, Mask>(b, kp);
     else
       throw RuntimeError("sm90 backward: head_dim " + std::to_string(b.fwd.head_dim) + " has no kernel");
   });

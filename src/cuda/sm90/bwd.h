@@ -12,12 +12,14 @@
 
 namespace tileattn::detail::sm90 {
 
-// The backward's tiles (bwd_kernel.cuh): one CTA = (batch, KV head, kBwdBlockN keys), two
-// consumer warpgroups of 64 keys each, walking every query head of the group and every block of
-// bwd_block_m(D) query rows that sees the keys: 64 at D = 128 (a consumer's dK, dV, S^T and dP^T
-// then take 4 x 64 of its 240 registers), 128 at D = 64 (4 x 32 + 2 x 32: the step's GEMMs twice
-// as long for the same synchronization).
-inline constexpr int kBwdBlockN = 128;
+// The backward's tiles (bwd_kernel.cuh): one CTA = (batch, KV head, bwd_block_n(D) keys), two
+// consumer warpgroups, walking every query head of the group and every block of bwd_block_m(D)
+// query rows that sees the keys. At D = 64 and 128 each consumer owns 64 of 128 keys: 64 rows a
+// step at D = 128 (a consumer's dK, dV, S^T and dP^T then take 4 x 64 of its 240 registers),
+// 128 at D = 64 (4 x 32 + 2 x 32: the step's GEMMs twice as long for the same synchronization).
+// At D = 256 (bwd_pair.cuh) both share 64 keys, one owning dV and the other dK (128 registers
+// each), 64 rows a step.
+constexpr int bwd_block_n(int64_t head_dim) { return head_dim == 256 ? 64 : 128; }
 constexpr int bwd_block_m(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
 
 struct BwdParams {
@@ -40,7 +42,7 @@ struct BwdParams {
   int* dq_order;
   DqTiles dq_tiles;
   int64_t batch, heads_kv;
-  int64_t n_blocks;  // key blocks of kBwdBlockN of the longest sequence
+  int64_t n_blocks;  // key blocks of bwd_block_n(D) of the longest sequence
   float scale;       // dQ = scale dS K, dK = scale dS^T Q
 };
 
@@ -56,7 +58,8 @@ inline BwdParams bwd_params(const BackwardParams& b, const sm80::BwdKernelParams
   kp.dv_sb = k.dv_sb, kp.dv_sl = k.dv_sl, kp.dv_sh = k.dv_sh;
   kp.lse2 = k.lse2, kp.dsum = k.dsum, kp.w_sb = k.w_sb, kp.w_sh = k.w_sh;
   kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
-  kp.n_blocks = (p.seqlen_k + kBwdBlockN - 1) / kBwdBlockN;
+  const int block_n = bwd_block_n(p.head_dim);
+  kp.n_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int block_m = bwd_block_m(p.head_dim);
   kp.dq_tiles = DqTiles::make(p.seqs.cu_q, p.batch, (p.seqlen_q + block_m - 1) / block_m, p.total_q, block_m);
   return kp;

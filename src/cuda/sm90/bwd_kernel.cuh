@@ -34,6 +34,7 @@
 #include "cuda/sm90/bwd_loader.cuh"
 #include "cuda/sm90/bwd_ops.cuh"
 #include "cuda/sm90/bwd_order.h"
+#include "cuda/sm90/bwd_pair.cuh"
 #include "cuda/sm90/bwd_smem.cuh"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
@@ -57,8 +58,8 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
   const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
-    const int buf = static_cast<int>(i & 1);
-    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i >> 1) & 1));
+    const int buf = static_cast<int>(i % Smem::kDqBuffers);
+    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i / Smem::kDqBuffers) & 1));
     const int64_t h = st.head(i);
     const int m = st.block(i), q0 = m * kM;
     const int64_t tile = p.dq_tiles.tile<kVarlen>(st.b, h, m);
@@ -68,7 +69,7 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
       if (raise) release_turn(raise);  // the last addition
       raise = nullptr;
       int nb = 0, ne = 0;
-      band.key_blocks(q0, min(q0 + kM, len_q), kBwdBlockN, &nb, &ne);
+      band.key_blocks(q0, min(q0 + kM, len_q), Smem::kN, &nb, &ne);
       const int turn = dq_order.turn(n_block, nb, ne);
       const uint32_t start = static_cast<uint32_t>(clock());
       while (load_acquire(order) != turn) {
@@ -100,7 +101,8 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   const cuda::KernelParams& f = p.f;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
   const int len_q = seq.len_q, len_k = seq.len_k;
-  const int k0 = n_block * kBwdBlockN;
+  constexpr int kN = Smem::kN;
+  const int k0 = n_block * kN;
   const TileBand band = tile_band<Mask>(len_q, len_k, f.window_left, f.window_right);
   const bool softcap = f.transform == cuda::ScoreTransform::kSoftcap;
   // dQ = dS K over all 128 keys: this warpgroup's 64 x 64 part, rows dq_row on of dS and the
@@ -113,23 +115,23 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   mbarrier_wait<false>(sm.kv_full(), 0);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i & 1);
-    const uint32_t phase = static_cast<uint32_t>((i >> 1) & 1);
+    const int stage = static_cast<int>(i % Smem::kStages);
+    const uint32_t phase = static_cast<uint32_t>((i / Smem::kStages) & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
     const float* dsum = lse2 + kM;
     float s[kE], dp[kE];
-    gemm_rows<kD, kM, kBf16>(s, sm.k() + 64 * w * 128, kBwdBlockN, sm.q(stage));      // S^T = K Q^T
-    gemm_rows<kD, kM, kBf16>(dp, sm.v() + 64 * w * 128, kBwdBlockN, sm.dout(stage));  // dP^T = V dO^T
+    gemm_rows<kD, kM, kBf16>(s, sm.k() + 64 * w * 128, kN, sm.q(stage));      // S^T = K Q^T
+    gemm_rows<kD, kM, kBf16>(dp, sm.v() + 64 * w * 128, kN, sm.dout(stage));  // dP^T = V dO^T
 
     // Rows are keys, columns queries: key j is seen by query i iff j - hi < i <= j - lo. Bit e
     // of `seen` says whether element e is, set before the element loops, which load lse2 and
     // dsum unconditionally and select after: a load under the mask's condition became a
     // branch whose phi copies moved accumulators between wgmmas, and ptxas serialized them
     // (C7511 / C7517).
-    const bool masked = q0 + kM > len_q || k0 + kBwdBlockN > len_k ||
-                        band.needs_mask(q0, min(q0 + kM, len_q), k0, kBwdBlockN, Mask::kMasks);
+    const bool masked =
+        q0 + kM > len_q || k0 + kN > len_k || band.needs_mask(q0, min(q0 + kM, len_q), k0, kN, Mask::kMasks);
     Bits seen = ~Bits{0};
     if (masked) {
 #pragma unroll
@@ -210,11 +212,10 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     float dq[32];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBwdBlockN / 16; ++kk) {  // keys 16 kk on
+    for (int kk = 0; kk < kN / 16; ++kk) {  // keys 16 kk on
       const uint64_t da =
           make_smem_desc(sm.ds(ds_buf) + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
-      const uint64_t db =
-          make_smem_desc(sm.k() + dq_col / 64 * kBwdBlockN * 128 + 2048 * kk, kBwdBlockN * 128, 1024);
+      const uint64_t db = make_smem_desc(sm.k() + dq_col / 64 * kN * 128 + 2048 * kk, kN * 128, 1024);
       WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
     }
     wgmma_commit();
@@ -275,10 +276,10 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   st.b = linear / p.n_blocks / p.heads_kv;
   st.group = f.group;
   const BwdSeq seq = bwd_seq<kVarlen>(f, st.b);
-  if (n_block * kBwdBlockN >= seq.len_k) return;  // past this sequence's keys: nothing to write
+  if (n_block * Smem::kN >= seq.len_k) return;  // past this sequence's keys: nothing to write
   const int len_q = seq.len_q;
   const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
-  bwd_query_blocks(band, n_block, len_q, Smem::kM, kBwdBlockN, &st.m_begin, &st.m_count);
+  bwd_query_blocks(band, n_block, len_q, Smem::kM, Smem::kN, &st.m_begin, &st.m_count);
   st.count = int64_t{st.m_count} * f.group;
 
   if (threadIdx.x == 0) {
@@ -299,20 +300,23 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     warpgroup_reg_dealloc<24>();
     const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
-      bwd_loader(sm, p, seq, st, n_block * kBwdBlockN, &tm_q, &tm_k, &tm_v, &tm_do);
+      bwd_loader(sm, p, seq, st, n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do);
     } else if (warp == 1 && lane == 0) {
       // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
       // block, so it reaches each block later than this one (bwd_order.h).
       int prev_begin = 0, prev_count = 0;
       if (n_block > 0)
-        bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, kBwdBlockN, &prev_begin, &prev_count);
+        bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, Smem::kN, &prev_begin, &prev_count);
       bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, seq, st, n_block,
                                          order.deferred(n_block, st.m_begin, prev_begin));
     }
     return;
   }
   warpgroup_reg_alloc<240>();
-  bwd_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
+  if constexpr (kD == 256)
+    bwd_pair_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
+  else
+    bwd_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
 #endif
 }
 

@@ -29,8 +29,8 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const MapView vv = map_view(p.v_stride, p.batch, p.seqlen_k, packed_k, p.total_k);
   const CUtensorMap tm_q = map_of(p.q, bf16, vq.strides, vq.batch, vq.len, p.heads_q, kD, kM);
   const CUtensorMap tm_do = map_of(b.dout, bf16, vdo.strides, vdo.batch, vdo.len, p.heads_q, kD, kM);
-  const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, kBwdBlockN);
-  const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, kBwdBlockN);
+  const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
+  const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
   constexpr int kSmem = BwdSmem<kD, kDsStages>::kBytes;
   cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kDsStages>>(kSmem, p.device_index);
   const auto ctas = static_cast<unsigned>(kp.n_blocks * kp.heads_kv * kp.batch);

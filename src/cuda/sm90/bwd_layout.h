@@ -26,8 +26,9 @@ TILEATTN_HD int ds_stmatrix_offset(int m, int warp, int lane) {
   return ds_offset(c, key);
 }
 
-// Consumer w's part of a step's dQ tile (block_m x head_dim, two 64 x 64 parts): at D = 128 the
-// column half w over all 64 rows, at D = 64 (block_m 128) the row half w over all 64 columns.
+// Part w of a step's dQ tile (block_m x head_dim in 64 x 64 parts): at D = 128 and 256 the
+// columns 64 w on over all 64 rows (consumer w computes part w at D = 128, parts 2w and 2w + 1 at
+// D = 256), at D = 64 (block_m 128) the row half w over all 64 columns.
 TILEATTN_HD int dq_part_row(int w, int head_dim) { return head_dim == 64 ? 64 * w : 0; }
 TILEATTN_HD int dq_part_col(int w, int head_dim) { return head_dim == 64 ? 0 : 64 * w; }
 

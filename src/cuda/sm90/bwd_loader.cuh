@@ -41,29 +41,30 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
                                            const CUtensorMap* tm_do) {
   constexpr int kChunks = Smem::kDim / 64;
   const int lane = threadIdx.x % 32;
-  const bool ragged_k = seq.ragged_k && k0 + kBwdBlockN > seq.len_k;
+  constexpr int kN = Smem::kN;
+  const bool ragged_k = seq.ragged_k && k0 + kN > seq.len_k;
   if (lane == 0) {
     tma_prefetch_descriptor(tm_q);
     tma_prefetch_descriptor(tm_do);
     uint64_t* const bar = ragged_k ? sm.kv_landed() : sm.kv_full();
     mbarrier_arrive_expect_tx(bar, 2 * Smem::kKBytes);
     for (int c = 0; c < kChunks; ++c) {
-      tma_load_4d(sm.k() + c * kBwdBlockN * 128, tm_k, bar, 64 * c, static_cast<int32_t>(st.hk),
-                  seq.k_start + k0, seq.k_batch);
-      tma_load_4d(sm.v() + c * kBwdBlockN * 128, tm_v, bar, 64 * c, static_cast<int32_t>(st.hk),
-                  seq.k_start + k0, seq.k_batch);
+      tma_load_4d(sm.k() + c * kN * 128, tm_k, bar, 64 * c, static_cast<int32_t>(st.hk), seq.k_start + k0,
+                  seq.k_batch);
+      tma_load_4d(sm.v() + c * kN * 128, tm_v, bar, 64 * c, static_cast<int32_t>(st.hk), seq.k_start + k0,
+                  seq.k_batch);
     }
   }
   // After the first step's loads are on their way (or at once without steps).
   const auto ready_k = [&] {
     if (!ragged_k) return;
     mbarrier_wait(sm.kv_landed(), 0);
-    zero_tile_rows(sm.k(), kBwdBlockN, seq.len_k - k0, kChunks, lane);
+    zero_tile_rows(sm.k(), kN, seq.len_k - k0, kChunks, lane);
     if (lane == 0) mbarrier_arrive(sm.kv_full());
   };
   uint32_t landed_phase = 0;  // bit s: the parity of stage s's next "landed" wait
   for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i & 1);
+    const int stage = static_cast<int>(i % Smem::kStages);
     const int64_t h = st.head(i);
     const int32_t q0 = st.block(i) * Smem::kM;
     const bool ragged = seq.ragged_q && q0 + Smem::kM > seq.len_q;
@@ -77,7 +78,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
       dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
     }
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i >> 1) & 1) ^ 1));
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i / Smem::kStages) & 1) ^ 1));
     uint64_t* const bar = ragged ? sm.qdo_landed(stage) : sm.qdo_full(stage);
     if (lane == 0) {
       mbarrier_arrive_expect_tx(bar, 2 * Smem::kQBytes);

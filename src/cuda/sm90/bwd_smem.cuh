@@ -9,34 +9,47 @@
 
 namespace tileattn::detail::sm90 {
 
-// Shared memory: K, V ([D / 64][128 keys][64], 128-byte swizzled as TMA writes them), two stages
-// of Q and dO ([D / 64][kM rows][64]), kDsStages buffers of dS ([2 key chunks][kM rows][64 keys],
-// swizzled; with two, a step's dS never overwrites one the other consumer may still read, and
-// the step ends without a barrier: a tuning variant at D = 128 so far), two buffers of dQ's fp32
-// staging (kM x D: the two consumers' 64 x 64 parts, in the accumulators' order), two stages of
-// lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary.
+// Shared memory: K, V ([D / 64][kN keys][64], 128-byte swizzled as TMA writes them), kStages
+// stages of Q and dO ([D / 64][kM rows][64]), kDsStages buffers of dS ([kN / 64 key chunks][kM
+// rows][64 keys], swizzled; with two, a step's dS never overwrites one the other consumer may
+// still read, and the step ends without a barrier: a tuning variant at D = 128 so far), at D =
+// 256 the consumers' P^T handoff (bwd_pair.cuh), kDqBuffers buffers of dQ's fp32 staging (kM x
+// D: the two consumers' parts, in the accumulators' order), kStages stages of lse2 / dsum rows
+// and the barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO and
+// one dQ buffer: two would need 280 KiB.
 template <int kD, int kDsStages = 1>
 struct BwdSmem {
   static constexpr int kDim = kD, kDsBuffers = kDsStages;
   static constexpr int kM = bwd_block_m(kD);  // query rows a step
-  static constexpr int kKBytes = kBwdBlockN * kD * 2, kQBytes = kM * kD * 2;
-  static constexpr int kDsBytes = kM * kBwdBlockN * 2, kDqBytes = kM * kD * 4;
-  static constexpr int kRowsBytes = 2 * kM * 4;  // a stage's lse2 and dsum rows
-  static constexpr int kBytes =
-      1024 + 2 * kKBytes + 4 * kQBytes + kDsStages * kDsBytes + 2 * kDqBytes + 2 * kRowsBytes + 1024;
+  static constexpr int kN = bwd_block_n(kD);  // the CTA's keys
+  static constexpr int kStages = kD == 256 ? 1 : 2, kDqBuffers = kD == 256 ? 1 : 2;
+  static constexpr int kKBytes = kN * kD * 2, kQBytes = kM * kD * 2;
+  static constexpr int kDsBytes = kM * kN * 2, kDqBytes = kM * kD * 4;
+  static constexpr int kXchBytes = kD == 256 ? kN * kM * 4 : 0;  // P^T in fp32
+  static constexpr int kRowsBytes = 2 * kM * 4;                  // a stage's lse2 and dsum rows
+  static constexpr int kBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes + kDsStages * kDsBytes +
+                                kXchBytes + kDqBuffers * kDqBytes + kStages * kRowsBytes + 1024;
+  static_assert((kDsStages == 1 || kDsStages == 2) && kBytes <= 227 * 1024,
+                "one or two dS buffers, within a CTA's shared memory");
   uint8_t* base;
   __device__ uint8_t* k() const { return base; }
   __device__ uint8_t* v() const { return base + kKBytes; }
   __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
   __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
-  __device__ uint8_t* ds(int buf = 0) const { return base + 2 * kKBytes + 4 * kQBytes + buf * kDsBytes; }
-  __device__ float* dq(int buf) const { return reinterpret_cast<float*>(ds(kDsStages) + buf * kDqBytes); }
+  __device__ uint8_t* ds(int buf = 0) const {
+    return base + 2 * kKBytes + 2 * kStages * kQBytes + buf * kDsBytes;
+  }
+  __device__ float* xch() const { return reinterpret_cast<float*>(ds(kDsStages)); }
+  __device__ float* dq(int buf) const {
+    return reinterpret_cast<float*>(ds(kDsStages) + kXchBytes + buf * kDqBytes);
+  }
   // Stage s's lse2 (kM floats), then its dsum.
   __device__ float* rows(int stage) const {
-    return reinterpret_cast<float*>(ds(kDsStages) + 2 * kDqBytes + stage * kRowsBytes);
+    return reinterpret_cast<float*>(ds(kDsStages) + kXchBytes + kDqBuffers * kDqBytes + stage * kRowsBytes);
   }
   __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(ds(kDsStages) + 2 * kDqBytes + 2 * kRowsBytes);
+    return reinterpret_cast<uint64_t*>(ds(kDsStages) + kXchBytes + kDqBuffers * kDqBytes +
+                                       kStages * kRowsBytes);
   }
   // [0] K and V ready; stage s's Q, dO and rows ready / read by every consumer; dQ staging
   // buffer s written by both consumers / read by its bulk addition. Where rows past the
@@ -50,11 +63,14 @@ struct BwdSmem {
   __device__ uint64_t* kv_landed() const { return barriers() + 9; }
   __device__ uint64_t* qdo_landed(int s) const { return barriers() + 10 + s; }
 };
-static_assert(BwdSmem<128, 2>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024,
+static_assert(BwdSmem<128, 2>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024 &&
+                  BwdSmem<256>::kBytes <= 227 * 1024,
               "the backward needs more shared memory than a CTA has");
-static_assert(kBwdBlockN == 2 * 64, "two consumer warpgroups of 64 keys");
-static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64,
-              "a step's dQ tile is two 64 x 64 parts, one a consumer (bwd_layout.h)");
+static_assert(BwdSmem<64>::kN == 2 * 64 && BwdSmem<128>::kN == 2 * 64 && BwdSmem<256>::kN == 64,
+              "two consumer warpgroups of 64 keys, or one block of 64 keys both share (D = 256)");
+static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64 &&
+                  BwdSmem<256>::kM * 256 == 4 * 64 * 64,
+              "a step's dQ tile is 64 x 64 parts, one or two a consumer (bwd_layout.h)");
 
 // A CTA's sequence: where its rows start in q / dout and k / v (the TMA maps' row coordinates),
 // the maps' batch coordinates (0 in a packed varlen tensor) and the lengths. ragged_q / ragged_k:
