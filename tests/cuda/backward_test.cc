@@ -157,6 +157,13 @@ std::vector<Problem> sm90_cases() {
       p.options.kernel = Kernel::kCudaSm90;
       out.push_back(p);
     }
+  for (int64_t d : {64, 128, 256}) {  // a negative scale (the scores' transform negates them)
+    Problem p = make(1, 100, 140, 4, 2, d, DType::kBFloat16);
+    p.options.kernel = Kernel::kCudaSm90;
+    p.options.scale = -0.05f;
+    p.options.causal = true;
+    out.push_back(p);
+  }
   return out;
 }
 

@@ -33,9 +33,9 @@ struct BwdParams {
   int64_t w_sb, w_sh;
   // dQ in fp32, tiles of bwd_block_m(D) x D (dq_tiles: one a query block of a sequence and a
   // head, bwd_layout.h), zeroed before the launch; each CTA adds its part of every query block
-  // it sees with one bulk reduction. A tile is two 64 x 64 parts (D = 128: its column halves;
-  // D = 64: its row halves), each laid out in the order of the m64n64 wgmma accumulators that
-  // compute it, [8][128 threads][4] (bwd_layout.h: dq_accum_pos), so the staging stores of a
+  // it sees with one bulk reduction. A tile is 64 x 64 parts (D = 128 and 256: its 64-column
+  // slices; D = 64: its row halves), each laid out in the order of the m64n64 wgmma accumulators
+  // that compute it, [8][128 threads][4] (bwd_layout.h: dq_accum_pos), so the staging stores of a
   // warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: a counter a tile,
   // zeroed, that orders those additions by key block.
   float* dq_accum;

@@ -1,13 +1,14 @@
 // bwd_kernel.cuh: the sm90 backward kernel (DESIGN.md section 7): one CTA per (batch, KV head,
-// 128 keys), 384 threads: two consumer warpgroups of 64 keys each and a producer warpgroup
-// (setmaxnreg: 24 registers for it, 240 for the consumers). The producer's first warp loads
+// bwd_block_n keys), 384 threads: two consumer warpgroups and a producer warpgroup (setmaxnreg:
+// 24 registers for it, 240 for the consumers). The producer's first warp loads
 // (bwd_loader.cuh): K and V once (TMA), then Q, dO (TMA) and the lse2 / dsum rows of every step
-// into two stages (full / empty mbarriers; bwd_smem.cuh), zeroing the rows of a varlen block
-// past its sequence; one lane of its second warp adds the consumers' dQ into dq_accum
-// from two staging buffers (full / empty mbarriers) and, in deterministic mode, waits for each
-// addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A step is
-// one query head of the group and one block of block_m query rows that sees the keys (bwd.h:
-// 64 at D = 128, 128 at D = 64):
+// into its stages (full / empty mbarriers; bwd_smem.cuh: two, one at D = 256), zeroing the rows
+// of a varlen block past its sequence; one lane of its second warp adds the consumers' dQ into
+// dq_accum from the staging buffers (full / empty mbarriers) and, in deterministic mode, waits
+// for each addition's turn, so neither the loads nor the dQ order sit on the consumers' path. A
+// step is one query head of the group and one block of block_m query rows that sees the keys
+// (bwd.h: 64 at D = 128 and 256, 128 at D = 64). At D = 64 and 128, each consumer owning 64 of
+// the 128 keys (bwd_consumer below; D = 256: bwd_pair.cuh):
 //   S^T = K Q^T, dP^T = V dO^T (wgmma m64 x block_m, both operands from shared memory);
 //   P^T = exp2(S^T post - lse2), dS^T = P^T (dP^T - dsum) (softcap: times 1 - tanh^2), in
 //   registers; dV += P^T dO and dK += dS^T Q (wgmma with A from registers, m64nD);

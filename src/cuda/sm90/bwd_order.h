@@ -11,13 +11,12 @@
 //     so ascending n would hold CTA n until CTA 0 reached its first block. The CTAs launch from
 //     the last key block down and add in descending n: the key block before a CTA in the order
 //     visited the block block_n / block_m steps earlier (two at D = 128's 64-row blocks, one at
-//     D = 64's 128), so nobody waits. A CTA whose successor n - 1 starts two or more query
-//     blocks earlier raises its counter at its next addition, when the addition has long
-//     completed, instead of waiting for the completion right after issuing it (its successor
-//     needs it a step after that); with one block between them (block_m = block_n) it raises
-//     once its addition completes, as the successor needs it at its next step. Key blocks that
-//     start on the same query block (those every query row sees, Lk > Lq) visit it at the same
-//     step and raise at once.
+//     D = 64's 128 and at D = 256's 64 keys), so nobody waits. A CTA whose successor n - 1 starts two or more
+//     query blocks earlier raises its counter at its next addition, when the addition has long completed,
+//     instead of waiting for the completion right after issuing it (its successor needs it a step after
+//     that); with one block between them (block_m = block_n) it raises once its addition completes, as the
+//     successor needs it at its next step. Key blocks that start on the same query block (those every query
+//     row sees, Lk > Lq) visit it at the same step and raise at once.
 #pragma once
 
 #include "common/host_device.h"

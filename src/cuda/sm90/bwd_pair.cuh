@@ -10,7 +10,8 @@
 // passes so that dV or dK (128 registers) and dQ fit beside each other. Named barriers: 3 hands
 // P^T over (warpgroup 0 arrives, 1 waits), 1 says dS is written (1 arrives, 0 waits), 2 says the
 // last step's dQ GEMMs of warpgroup 0 have read dS (0 arrives, 1 waits before it writes dS
-// again).
+// again), and 4 (warpgroup 1 alone) that all its warps' rows of dS are written before its own
+// dQ GEMMs read them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -121,6 +122,8 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
                           fs[m][3]);
       fence_proxy_async();
       named_arrive(1, kBoth);  // dS written
+      named_sync(4,
+                 kWarpgroupThreads);  // every warp's rows of it, before this warpgroup's dQ GEMMs read them
       wgmma_fence();
       gemm_frag<kD, kM, kBf16>(acc, fs, sm.q(0));  // dK += dS^T Q
       wgmma_commit();
