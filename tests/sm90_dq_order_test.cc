@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/sm90/bwd_order.h"
@@ -15,7 +16,8 @@
 namespace tileattn::detail::sm90 {
 namespace {
 
-constexpr int kN = 128;  // the backward's block_n (bwd.h); block_m is 64 (D = 128) or 128 (D = 64)
+// The backward's block sizes (bwd.h), (block_m, block_n): D = 128, D = 64, D = 256.
+constexpr std::pair<int, int> kBlocks[] = {{64, 128}, {128, 128}, {64, 64}};
 
 struct Replay {
   bool ok = true;        // every turn came, every block summed by exactly its key blocks
@@ -27,8 +29,9 @@ struct Replay {
 // delayed: a raised counter is seen from the next time unit on (an addition's completion takes
 // time), else at once (ties count as no wait).
 template <class Mask>
-Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool deterministic_banded,
-              int slots, bool delayed = false) {
+Replay replay(std::pair<int, int> blocks, int len_q, int len_k, int left, int right, int group,
+              bool deterministic_banded, int slots, bool delayed = false) {
+  const auto [kM, kN] = blocks;
   const TileBand band = tile_band<Mask>(len_q, len_k, left, right);
   const int n_blocks = (len_k + kN - 1) / kN, m_blocks = (len_q + kM - 1) / kM;
   const DqOrder order{deterministic_banded};
@@ -120,10 +123,11 @@ Replay replay(int kM, int len_q, int len_k, int left, int right, int group, bool
 }
 
 TEST(Sm90DqOrder, EveryTurnComesOnAnySmCount) {
-  for (int block_m : {64, 128})
+  for (auto block_m : kBlocks)
     for (int slots : {1, 3, 132})
       for (int group : {1, 2}) {
-        SCOPED_TRACE("block_m " + std::to_string(block_m) + " slots " + std::to_string(slots) + " group " +
+        SCOPED_TRACE("block_m " + std::to_string(block_m.first) + " block_n " +
+                     std::to_string(block_m.second) + " slots " + std::to_string(slots) + " group " +
                      std::to_string(group));
         for (auto [lq, lk] : {std::pair{1024, 1024}, {1000, 3000}, {3000, 1000}, {65, 129}, {1, 700}}) {
           SCOPED_TRACE(std::to_string(lq) + " x " + std::to_string(lk));
@@ -138,18 +142,21 @@ TEST(Sm90DqOrder, EveryTurnComesOnAnySmCount) {
 
 // Causal, every key block on its own SM: in the banded order no CTA waits (it holds its SM for
 // its steps alone), where ascending n holds key block n on its SM until key block 0 reaches n's
-// first query block: about twice the SM time (at block_m 64; at 128 a key block's first query
-// block comes one step after its predecessor's, not two). With Lk > Lq the first key blocks all
-// start on query block 0 (every row sees them) and raise at once, or each would wait a step for
-// the last. With Lq = Lk no CTA waits either when a raise is only seen a step later: the
-// deferred raises (block_m 64) come a step before they are needed, the immediate ones (block_m
-// 128, where a deferred raise would come exactly when needed) a step before too.
+// first query block: about twice the SM time (at block_m 64 of block_n 128; where block_m =
+// block_n a key block's first query block comes one step after its predecessor's, not two).
+// With Lk > Lq the first key blocks all start on query block 0 (every row sees them) and raise
+// at once, or each would wait a step for the last. With Lq = Lk no CTA waits either when a
+// raise is only seen a step later: the deferred raises (block_n = 2 block_m) come a step before
+// they are needed, the immediate ones (block_m = block_n, where a deferred raise would come
+// exactly when needed) a step before too.
 TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
-  for (int block_m : {64, 128})
+  for (auto block_m : kBlocks)
     for (auto [lq, lk] : {std::pair{1024, 1024}, {4096, 4096}, {8192, 8192}, {1024, 4096}})
       for (int group : {1, 4}) {
-        SCOPED_TRACE("block_m " + std::to_string(block_m) + " " + std::to_string(lq) + " x " +
-                     std::to_string(lk) + " group " + std::to_string(group));
+        SCOPED_TRACE("block_m " + std::to_string(block_m.first) + " block_n " +
+                     std::to_string(block_m.second) + " " + std::to_string(lq) + " x " + std::to_string(lk) +
+                     " group " + std::to_string(group));
+        const bool two = block_m.second == 2 * block_m.first;  // a key block's first query block two steps on
         const Replay banded = replay<WindowMask>(block_m, lq, lk, -1, 0, group, true, 132);
         const Replay ascending = replay<WindowMask>(block_m, lq, lk, -1, 0, group, false, 132);
         ASSERT_TRUE(banded.ok && ascending.ok);
@@ -158,7 +165,7 @@ TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
           const Replay delayed = replay<WindowMask>(block_m, lq, lk, -1, 0, group, true, 132, true);
           ASSERT_TRUE(delayed.ok);
           EXPECT_EQ(delayed.resident, delayed.work);
-          EXPECT_GE(ascending.resident, (block_m == 64 ? 3 : 5) * ascending.work / (block_m == 64 ? 2 : 4));
+          EXPECT_GE(ascending.resident, (two ? 3 : 5) * ascending.work / (two ? 2 : 4));
         }
       }
 }
