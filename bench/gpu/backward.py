@@ -73,7 +73,8 @@ def measure(timer, name, q, k, v, dout, causal, release):
             if name.startswith("tileattn"):
                 row["workspace_bytes"] = 2 * q.shape[0] * q.shape[2] * q.shape[1] * 4
             if name in ("tileattn_sm90bwd", "tileattn_sm90det"):
-                row["workspace_bytes"] += q.shape[0] * q.shape[2] * (q.shape[1] + 63) // 64 * 64 * q.shape[3] * 4
+                bm = 128 if q.shape[3] == 64 else 64  # the sm90 backward's query rows a step (bwd.h)
+                row["workspace_bytes"] += q.shape[0] * q.shape[2] * (q.shape[1] + bm - 1) // bm * bm * q.shape[3] * 4
             for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
                 for key, value in timer.time(call).items():
                     row[prefix + key] = value
