@@ -266,6 +266,11 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD, kDsStages>;
+  // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
+  // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's
+  // wgmmas are serialized at 232, D = 64's consumers spill).
+  constexpr bool kWideLoader = kVarlen && kD == 256;
+  constexpr int kProducerRegs = kWideLoader ? 40 : 24, kConsumerRegs = kWideLoader ? 232 : 240;
   extern __shared__ uint8_t smem_raw[];
   const Smem sm{align_smem_1024(smem_raw)};
   const cuda::KernelParams& f = p.f;
@@ -298,7 +303,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   __syncthreads();
   const int wg = warpgroup_index();
   if (wg == 2) {  // the producer: registers back, then its first warp loads and a lane of its second adds dQ
-    warpgroup_reg_dealloc<24>();
+    warpgroup_reg_dealloc<kProducerRegs>();
     const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
       bwd_loader(sm, p, seq, st, n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do);
@@ -313,7 +318,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     }
     return;
   }
-  warpgroup_reg_alloc<240>();
+  warpgroup_reg_alloc<kConsumerRegs>();
   if constexpr (kD == 256)
     bwd_pair_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
   else
