@@ -115,6 +115,19 @@ void add_device_flag(CLI::App& app, std::string* device, bool allow_auto) {
         ->capture_default_str();
 }
 
+void add_kernel_flag(CLI::App& app, std::string* kernel) {
+  app.add_option("--kernel", *kernel, "the tiled kernel: auto, cpu, sm80 or sm90")
+      ->check(one_of({"auto", "cpu", "sm80", "sm90"}))
+      ->capture_default_str();
+}
+
+Kernel parse_kernel(const std::string& name) {
+  return name == "cpu"    ? Kernel::kCpuTiled
+         : name == "sm80" ? Kernel::kCudaSm80
+         : name == "sm90" ? Kernel::kCudaSm90
+                          : Kernel::kAuto;
+}
+
 void add_threads_flag(CLI::App& app, int* threads) {
   app.add_option("--threads", *threads, "CPU threads (default: OpenMP's, OMP_NUM_THREADS or all cores)")
       ->check(positive_int());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shape.h"
+#include "tileattn/options.h"
 #include "tileattn/tensor.h"
 
 namespace tileattn::cli {
@@ -26,6 +27,9 @@ std::pair<int64_t, int64_t> parse_window(const std::string& text);  // after win
 void add_dtype_flag(CLI::App& app, std::string* dtype, const std::string& help);
 void add_device_flag(CLI::App& app, std::string* device, bool allow_auto);
 void add_threads_flag(CLI::App& app, int* threads);
+// --kernel: auto, cpu, sm80 or sm90 (the tiled path's kernel; Options::kernel).
+void add_kernel_flag(CLI::App& app, std::string* kernel);
+Kernel parse_kernel(const std::string& name);  // after add_kernel_flag's check passed
 
 // "cpu", "cuda" or "auto" (the GPU when this build has CUDA and one is present, else the CPU).
 // Throws tileattn::Error naming --device when CUDA was asked for and cannot be had.

@@ -64,10 +64,7 @@ int run_bench(const BenchArgs& a) {
       throw CLI::ValidationError("--impl", name + " is listed twice");
     impls.push_back(impl);
   }
-  const Kernel kernel = a.kernel == "cpu"    ? Kernel::kCpuTiled
-                        : a.kernel == "sm80" ? Kernel::kCudaSm80
-                        : a.kernel == "sm90" ? Kernel::kCudaSm90
-                                             : Kernel::kAuto;
+  const Kernel kernel = parse_kernel(a.kernel);
 
   std::optional<FmaPeak> peak;
   if (a.peak) {
@@ -233,9 +230,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--kv-heads", args->kv_heads, "key/value heads (default: --heads)")->check(positive_int());
   add_dtype_flag(*sub, &args->dtype, "fp32, fp16 or bf16 (default: fp32 on the CPU, bf16 on a GPU)");
   add_device_flag(*sub, &args->device, true);
-  sub->add_option("--kernel", args->kernel, "the tiled kernel: auto, cpu, sm80 or sm90")
-      ->check(one_of({"auto", "cpu", "sm80", "sm90"}))
-      ->capture_default_str();
+  add_kernel_flag(*sub, &args->kernel);
   add_threads_flag(*sub, &args->threads);
   sub->add_option("--lse", args->lse, "compute the LSE too (on) or O alone (off)")
       ->check(one_of({"on", "off"}))

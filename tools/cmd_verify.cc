@@ -1,4 +1,5 @@
-// cmd_verify.cc: `tileattn verify`: forward() against eager and the fp64 oracle on random inputs.
+// cmd_verify.cc: `tileattn verify`: forward() against eager and the fp64 oracle on random inputs
+// (--backward: cmd_verify_backward.cc).
 // Pass: every output written, -inf LSE rows exactly where the oracle has them, and for O and LSE
 //   err(forward) <= 2 * err(eager) + atol   (err = max |x - oracle|)
 // plus, in fp32, err(forward) <= kFp32Cap: in fp32 eager is itself accurate, and a doubled
@@ -13,6 +14,7 @@
 #include "machine.h"
 #include "problem.h"
 #include "table.h"
+#include "verify.h"
 
 namespace tileattn::cli {
 namespace {
@@ -23,15 +25,6 @@ constexpr double kFp32Cap = 1e-4;
 // (2^-11 and 2^-8 relative) dominates; eager rounds S and P too, so 2 * err(eager) already
 // exceeds it and 1e-3 only guards problems where eager happens to be exact.
 constexpr double kAtolHalf = 1e-3;
-
-struct VerifyArgs {
-  int64_t batch = 2, heads = 8, kv_heads = 0, seqlen_q = 257, seqlen_k = 0, head_dim = 64;
-  std::string dtype, device = "cpu", window;  // dtype "": fp32 on the CPU, bf16 on a GPU
-  bool causal = false;
-  double softcap = 0, scale = 0;
-  int64_t seed = 0;
-  int threads = 0;
-};
 
 // Runs one implementation into poisoned outputs and returns its errors against the oracle.
 Errors check(Impl impl, AttentionData& data, const Options& options, const Oracle& oracle) {
@@ -71,6 +64,8 @@ int run_verify(const VerifyArgs& a) {
   options.softcap = static_cast<float>(a.softcap);
   if (a.scale > 0) options.scale = static_cast<float>(a.scale);
   options.num_threads = a.threads;
+  options.kernel = parse_kernel(a.kernel);
+  if (a.backward) return run_verify_backward(a, shape, dtype, device, options);
 
   AttentionData data(shape, dtype, device, static_cast<uint64_t>(a.seed));
   const TensorRef lse = data.lse();
@@ -124,8 +119,8 @@ int run_verify(const VerifyArgs& a) {
 
 Command add_verify(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
-  CLI::App* sub =
-      app.add_subcommand("verify", "Check forward() against eager and the fp64 oracle on random inputs");
+  CLI::App* sub = app.add_subcommand(
+      "verify", "Check forward() (or backward()) against eager and the fp64 oracle on random inputs");
   sub->add_option("--batch", args->batch, "batch size B")->check(positive_int())->capture_default_str();
   sub->add_option("--heads", args->heads, "query heads Hq")->check(positive_int())->capture_default_str();
   sub->add_option("--kv-heads", args->kv_heads, "key/value heads Hkv (default: --heads)")
@@ -147,6 +142,9 @@ Command add_verify(CLI::App& app) {
       ->check(non_negative_int())
       ->capture_default_str();
   add_device_flag(*sub, &args->device, false);
+  add_kernel_flag(*sub, &args->kernel);
+  sub->add_flag("--backward", args->backward,
+                "check backward() (dq, dk, dv) against eager_backward() and the fp64 oracle instead");
   add_threads_flag(*sub, &args->threads);
   return {sub, [args] { return run_verify(*args); }};
 }

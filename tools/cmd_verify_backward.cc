@@ -1,0 +1,127 @@
+// cmd_verify_backward.cc: `tileattn verify --backward`: backward() against eager_backward() and
+// the fp64 oracle (reference_backward) on random inputs and a random output gradient.
+// Pass, for dq, dk and dv separately: every element written (finite where the oracle is), and
+//   err(backward) <= 3 * err(eager) + atol   (err = max |x - oracle|)
+// with atol a few roundings of the largest gradient in the dtype, plus, in fp32, err <= 1e-4 *
+// max(1, largest |gradient|): eager is itself accurate there.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "accuracy.h"
+#include "args.h"
+#include "machine.h"
+#include "problem.h"
+#include "table.h"
+#include "verify.h"
+
+namespace tileattn::cli {
+namespace {
+
+constexpr uint64_t kDoutSeed = 0x6a09e667;  // dout's seed, apart from those of q, k and v
+
+struct GradErrors {
+  double err = 0;    // max |x - oracle| where the oracle is finite
+  double scale = 0;  // max |oracle|
+  int64_t bad = 0;   // elements not finite where the oracle is (unwritten: NaN poison)
+};
+
+GradErrors grad_errors(const Buffer& x, const Buffer& oracle) {
+  GradErrors e;
+  for (int64_t i = 0; i < oracle.numel(); ++i) {
+    const double r = oracle.at(i), v = x.at(i);
+    if (!std::isfinite(r)) continue;
+    e.scale = std::max(e.scale, std::abs(r));
+    if (!std::isfinite(v))
+      ++e.bad;
+    else
+      e.err = std::max(e.err, std::abs(v - r));
+  }
+  return e;
+}
+
+// A few roundings of the largest gradient in the dtype.
+double grad_atol(DType dtype, double scale) {
+  const double eps = dtype == DType::kFloat32   ? 1e-6
+                     : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
+                                                : std::ldexp(1.0, -7);
+  return eps * std::max(1.0, scale);
+}
+
+// A buffer of n elements on `device`, every element NaN (so one never written shows).
+Buffer poisoned(DType dtype, int64_t n, Device device) {
+  Buffer host(dtype, n);
+  host.fill(std::nan(""));
+  return device.kind == DeviceKind::kCPU ? std::move(host) : copy_to(host, device);
+}
+
+}  // namespace
+
+int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device device,
+                        const Options& options) {
+  const int64_t nq = s.batch * s.seqlen_q * s.heads_q * s.head_dim,
+                nk = s.batch * s.seqlen_k * s.heads_kv * s.head_dim;
+  AttentionData data(s, dtype, device, static_cast<uint64_t>(a.seed));
+  Buffer host_dout(dtype, nq);
+  host_dout.fill_normal(static_cast<uint64_t>(a.seed) + kDoutSeed);
+  Buffer dq = poisoned(dtype, nq, device), dk = poisoned(dtype, nk, device), dv = poisoned(dtype, nk, device);
+  const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
+  const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
+  try {
+    run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
+    const Buffer dout = copy_to(host_dout, device);
+    backward(q_shape(dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(dq), k_shape(dk),
+             k_shape(dv), options);
+  } catch (const Error& e) {  // the library's own words: which argument, its value, what was expected
+    std::fprintf(stderr, "tileattn: %s\n", e.what());
+    return 2;
+  }
+  std::printf(
+      "tileattn verify --backward: %s %s, causal %s, window (%lld, %lld), softcap %g, scale %s, seed %lld\n",
+      shape_summary(s).c_str(), dtype_name(dtype), a.causal ? "on" : "off",
+      static_cast<long long>(options.window_left), static_cast<long long>(options.window_right), a.softcap,
+      a.scale > 0 ? format("%g", a.scale).c_str() : "1/sqrt(D)", static_cast<long long>(a.seed));
+  std::printf("device %s; kernel %s (asked for)\n\n",
+              describe_device(device, thread_count(a.threads)).c_str(), kernel_name(options.kernel));
+
+  // The oracle and eager run on the CPU, from the same inputs and output gradient.
+  Options host_options = options;
+  host_options.kernel = Kernel::kAuto;
+  if (auto why = eager_wont_fit(s, dtype, Device::cpu())) {
+    std::fprintf(stderr, "tileattn: eager_backward: %s\n", why->c_str());
+    return 1;
+  }
+  Buffer rq(DType::kFloat64, nq), rk(DType::kFloat64, nk), rv(DType::kFloat64, nk);
+  reference_backward(q_shape(host_dout), data.host_q(), data.host_k(), data.host_v(), q_shape(rq),
+                     k_shape(rk), k_shape(rv), host_options);
+  Buffer eq(dtype, nq), ek(dtype, nk), ev(dtype, nk);
+  eager_backward(q_shape(host_dout), data.host_q(), data.host_k(), data.host_v(), q_shape(eq), k_shape(ek),
+                 k_shape(ev), host_options);
+
+  const Buffer hq = copy_to(dq, Device::cpu()), hk = copy_to(dk, Device::cpu()),
+               hv = copy_to(dv, Device::cpu());
+  const Buffer* ours[] = {&hq, &hk, &hv};
+  const Buffer* eager[] = {&eq, &ek, &ev};
+  const Buffer* oracle[] = {&rq, &rk, &rv};
+  const char* names[] = {"dq", "dk", "dv"};
+  const bool fp32 = dtype == DType::kFloat32;
+  Table table({"<", "max |ours - oracle|", "max |eager - oracle|", "bound", "max |oracle|",
+               "not finite (unwritten)"});
+  bool pass = true;
+  for (int g = 0; g < 3; ++g) {
+    const GradErrors o = grad_errors(*ours[g], *oracle[g]), e = grad_errors(*eager[g], *oracle[g]);
+    double bound = 3 * e.err + grad_atol(dtype, o.scale);
+    if (fp32) bound = std::min(bound, 1e-4 * std::max(1.0, o.scale));
+    pass = pass && o.bad == 0 && o.err <= bound;
+    table.add_row({names[g], format_error(o.err), format_error(e.err), format_error(bound),
+                   format_error(o.scale), std::to_string(o.bad)});
+  }
+  table.print(stdout);
+  std::printf("\nbound: 3 * eager + a few roundings of the largest gradient%s\n",
+              fp32 ? ", at most 1e-4 of it (fp32)" : "");
+  std::printf("%s\n", pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
+
+}  // namespace tileattn::cli
