@@ -26,7 +26,7 @@ struct BenchArgs {
   int64_t batch = 1, heads = 8, kv_heads = 0;
   std::string dtype, device = "auto", out, commit, kernel = "auto";
   int reps = 0, warmup = -1, threads = 0;  // 0 and -1: per device (see add_bench)
-  bool peak = false;
+  bool peak = false, backward = false;
   std::string lse = "on";
 };
 
@@ -74,10 +74,11 @@ int run_bench(const BenchArgs& a) {
     if (const FmaKernel* k = fma_kernel(cpu_isa())) peak = measure_fma_peak(*k, threads);
   }
 
-  std::printf("tileattn bench: B=%lld Hq=%lld Hkv=%lld %s, LSE %s; median of %d calls after %d warm-up%s\n",
-              static_cast<long long>(a.batch), static_cast<long long>(a.heads),
-              static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads), dtype_name(dtype), a.lse.c_str(),
-              reps, warmup, on_cpu ? "" : " (L2 flushed before each, no wait between calls)");
+  std::printf("tileattn bench%s: B=%lld Hq=%lld Hkv=%lld %s, LSE %s; median of %d calls after %d warm-up%s\n",
+              a.backward ? " --backward" : "", static_cast<long long>(a.batch),
+              static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads > 0 ? a.kv_heads : a.heads),
+              dtype_name(dtype), a.backward ? "on" : a.lse.c_str(), reps, warmup,
+              on_cpu ? "" : " (L2 flushed before each, no wait between calls)");
   std::printf("device %s\n", describe_device(device, threads).c_str());
   if (peak)
     std::printf("FMA peak %.1f GFLOP/s (%s, %d threads; tileattn peak)\n", peak->gflops, peak->isa.c_str(),
@@ -85,7 +86,8 @@ int run_bench(const BenchArgs& a) {
   // A GPU's rates read better in TFLOP/s; the JSON keeps GFLOP/s either way.
   const bool tera = device.kind == DeviceKind::kCUDA;
   const char* unit = tera ? "TFLOP/s" : "GFLOP/s";
-  std::printf("%s counts 4*B*Hq*Lq*Lk*D FLOPs, halved when causal\n\n", unit);
+  std::printf("%s counts 4*B*Hq*Lq*Lk*D FLOPs, halved when causal%s\n\n", unit,
+              a.backward ? "; the backward 2.5x that (backward() alone, after one forward())" : "");
 
   std::vector<std::string> headers = {"D", "L", "causal"};
   for (Impl impl : impls) {
@@ -104,6 +106,8 @@ int run_bench(const BenchArgs& a) {
     for (int64_t L : a.seqlens) {
       const Shape shape{a.batch, a.heads, a.kv_heads > 0 ? a.kv_heads : a.heads, L, L, D};
       AttentionData data(shape, dtype, device, 0);
+      std::optional<GradBuffers> grads;
+      if (a.backward) grads.emplace(data, 0);
       for (bool causal : causal_modes) {
         Options options;
         options.causal = causal;
@@ -120,12 +124,15 @@ int run_bench(const BenchArgs& a) {
                        static_cast<long long>(D), static_cast<long long>(L), causal ? "on" : "off");
           std::optional<std::string> skip;
           if (impl == Impl::kEager) skip = eager_wont_fit(shape, dtype, device);
+          if (impl == Impl::kEager && a.backward && !on_cpu) skip = "the eager backward runs on the CPU";
           if (skip) {
             m.status = "skipped: " + *skip;
           } else {
             try {
-              m.timing = time_impl(impl, data, options, warmup, reps, a.lse == "on");
-              m.gflops = attention_flops(shape, causal) / (m.timing.median() * 1e6);
+              m.timing = a.backward ? time_backward(impl, data, *grads, options, warmup, reps)
+                                    : time_impl(impl, data, options, warmup, reps, a.lse == "on");
+              m.gflops =
+                  (a.backward ? 2.5 : 1.0) * attention_flops(shape, causal) / (m.timing.median() * 1e6);
             } catch (const Error&) {
               throw;  // bad input: the same for every row, so stop with the library's message
             } catch (const std::exception& e) {
@@ -176,10 +183,12 @@ int run_bench(const BenchArgs& a) {
                      {"reps", reps},
                      {"warmup", warmup},
                      {"lse", a.lse == "on"},
+                     {"pass", a.backward ? "backward" : "forward"},
                      {"timer", on_cpu ? "steady_clock around each call"
                                       : "CUDA events around each call, L2 flushed (256 MiB zeroed) before "
                                         "each, no wait between calls; median"},
-                     {"flops", "4*B*Hq*Lq*Lk*D, halved when causal"}};
+                     {"flops", a.backward ? "2.5 * 4*B*Hq*Lq*Lk*D, halved when causal (backward)"
+                                          : "4*B*Hq*Lq*Lk*D, halved when causal"}};
     doc["rows"] = nlohmann::json::array();
     for (const auto& m : all) {
       nlohmann::json row = {{"impl", impl_name(m.impl)}, {"seqlen_q", m.seqlen}, {"seqlen_k", m.seqlen},
@@ -240,6 +249,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", args->warmup, "untimed calls before timing (default: 1 CPU, 10 GPU)")
       ->check(non_negative_int());
   sub->add_flag("--peak", args->peak, "measure the FMA peak first and show % of it (CPU)");
+  sub->add_flag("--backward", args->backward,
+                "time backward() (eager: eager_backward(), CPU) after one forward(), 2.5x its FLOPs");
   sub->add_option("--out", args->out, "write the results as JSON to this file");
   sub->add_option("--commit", args->commit, "git commit to record in the JSON (default: $TILEATTN_COMMIT)");
   return {sub, [args] { return run_bench(*args); }};

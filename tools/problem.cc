@@ -122,6 +122,42 @@ Timing time_impl(Impl impl, const AttentionData& data, const Options& options, i
   return timing;
 }
 
+GradBuffers::GradBuffers(const AttentionData& data, uint64_t seed) {
+  const Shape& s = data.shape();
+  const int64_t nq = s.batch * s.seqlen_q * s.heads_q * s.head_dim,
+                nk = s.batch * s.seqlen_k * s.heads_kv * s.head_dim;
+  Buffer host(data.dtype(), nq);
+  host.fill_normal(seed + 3 * kSeedStride);
+  dout = copy_to(host, data.device());
+  dq = Buffer(data.dtype(), nq, data.device());
+  dk = Buffer(data.dtype(), nk, data.device());
+  dv = Buffer(data.dtype(), nk, data.device());
+}
+
+Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& g, const Options& options,
+                     int warmup, int reps) {
+  const Shape& s = data.shape();
+  const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
+  const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
+  run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
+  const auto call = [&] {
+    if (impl == Impl::kTiled)
+      backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
+               k_shape(g.dk), k_shape(g.dv), options);
+    else
+      eager_backward(q_shape(g.dout), data.q(), data.k(), data.v(), q_shape(g.dq), k_shape(g.dk),
+                     k_shape(g.dv), options);
+  };
+  for (int i = 0; i < warmup; ++i) call();
+  Timing timing;
+  if (data.device().kind != DeviceKind::kCPU) {
+    timing.ms = gpu::time_series_ms(data.device().index, call, reps);
+  } else {
+    for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(call));
+  }
+  return timing;
+}
+
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device) {
   // Linux overcommits: a too-large S and P would be allocated fine and then killed while being
   // written, so the tool checks first and keeps a fifth of what is free as margin.

@@ -66,6 +66,18 @@ struct Timing {
 Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
                  bool with_lse = true);
 
+// A backward timing's tensors on data's device: dout (random normal) and dq, dk, dv.
+struct GradBuffers {
+  GradBuffers(const AttentionData& data, uint64_t seed);
+  Buffer dout, dq, dk, dv;
+};
+
+// forward() (tiled, with its LSE) once into data's O and LSE, then `warmup` untimed and `reps`
+// timed calls of backward() (tiled) or eager_backward() (eager: CPU tensors only), timed as
+// time_impl times the forward.
+Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& grads, const Options& options,
+                     int warmup, int reps);
+
 // Why eager cannot run here (its S and P would not fit in the memory available now), or nothing.
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device);
 
