@@ -242,6 +242,20 @@ TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
   bad = dk;
   bad.data = g.dq.ref().data;  // dk's shape, inside dq's memory
   expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dq", "overlaps another gradient");
+  // A GPU kernel asked for with CPU tensors (the backward's own check, not the forward's).
+  for (Kernel kernel : {Kernel::kCudaSm80, Kernel::kCudaSm90}) {
+    Options o;
+    o.kernel = kernel;
+    try {
+      backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), bc.fwd.lse.ref(),
+               dq, dk, dv, o);
+      ADD_FAILURE() << "accepted kernel " << kernel_name(kernel) << " on the CPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "options.kernel") << e.what();
+      EXPECT_NE(std::string(e.what()).find(kernel_name(kernel)), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
+  }
 }
 
 }  // namespace

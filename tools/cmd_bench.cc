@@ -65,6 +65,11 @@ int run_bench(const BenchArgs& a) {
     impls.push_back(impl);
   }
   const Kernel kernel = parse_kernel(a.kernel);
+  if (a.backward && a.lse == "off")
+    throw CLI::ValidationError("--lse", "off: the backward reads the LSE its forward computes; drop --lse");
+  if (a.backward && !on_cpu && impls == std::vector<Impl>{Impl::kEager})
+    throw CLI::ValidationError("--impl",
+                               "eager: the eager backward runs on the CPU; add tiled or use --device cpu");
 
   std::optional<FmaPeak> peak;
   if (a.peak) {
@@ -123,8 +128,10 @@ int run_bench(const BenchArgs& a) {
           std::fprintf(stderr, "[%zu/%zu] %s D=%lld L=%lld causal=%s ... ", ++done, total, impl_name(impl),
                        static_cast<long long>(D), static_cast<long long>(L), causal ? "on" : "off");
           std::optional<std::string> skip;
-          if (impl == Impl::kEager) skip = eager_wont_fit(shape, dtype, device);
-          if (impl == Impl::kEager && a.backward && !on_cpu) skip = "the eager backward runs on the CPU";
+          if (impl == Impl::kEager)
+            skip = !a.backward ? eager_wont_fit(shape, dtype, device)
+                   : on_cpu    ? eager_backward_wont_fit(shape)
+                               : std::optional<std::string>("the eager backward runs on the CPU");
           if (skip) {
             m.status = "skipped: " + *skip;
           } else {

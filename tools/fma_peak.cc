@@ -69,8 +69,10 @@ std::vector<const FmaKernel*> fma_kernels_available() {
 }
 
 const FmaKernel* fma_kernel(const std::string& isa) {
+  // The library's "avx512bf16" level (bf16 dot products besides AVX-512) has AVX-512's fp32 FMAs.
+  const std::string fma_isa = isa == "avx512bf16" ? "avx512" : isa;
   for (const FmaKernel* k : fma_kernels_available())
-    if (isa == k->isa) return k;
+    if (fma_isa == k->isa) return k;
   return nullptr;
 }
 

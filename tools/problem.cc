@@ -109,29 +109,37 @@ double Timing::median() const {
 
 double Timing::min() const { return ms.empty() ? NAN : *std::min_element(ms.begin(), ms.end()); }
 
-Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
-                 bool with_lse) {
-  const auto call = [&] { run_impl(impl, data, options, nullptr, with_lse); };
+Timing time_calls(Device device, int warmup, int reps, const std::function<void()>& call) {
   for (int i = 0; i < warmup; ++i) call();
   Timing timing;
-  if (data.device().kind != DeviceKind::kCPU) {
-    timing.ms = gpu::time_series_ms(data.device().index, call, reps);
+  if (device.kind != DeviceKind::kCPU) {
+    timing.ms = gpu::time_series_ms(device.index, call, reps);
   } else {
     for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(call));
   }
   return timing;
 }
 
-GradBuffers::GradBuffers(const AttentionData& data, uint64_t seed) {
-  const Shape& s = data.shape();
-  const int64_t nq = s.batch * s.seqlen_q * s.heads_q * s.head_dim,
-                nk = s.batch * s.seqlen_k * s.heads_kv * s.head_dim;
-  Buffer host(data.dtype(), nq);
-  host.fill_normal(seed + 3 * kSeedStride);
-  dout = copy_to(host, data.device());
-  dq = Buffer(data.dtype(), nq, data.device());
-  dk = Buffer(data.dtype(), nk, data.device());
-  dv = Buffer(data.dtype(), nk, data.device());
+Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
+                 bool with_lse) {
+  return time_calls(data.device(), warmup, reps, [&] { run_impl(impl, data, options, nullptr, with_lse); });
+}
+
+GradBuffers::GradBuffers(const AttentionData& data, uint64_t seed)
+    : host_dout(data.dtype(), data.out().numel()),
+      dq(data.dtype(), data.out().numel(), data.device()),
+      dk(data.dtype(), data.k().numel(), data.device()),
+      dv(data.dtype(), data.k().numel(), data.device()) {
+  host_dout.fill_normal(seed + 3 * kSeedStride);
+  dout = copy_to(host_dout, data.device());
+}
+
+void GradBuffers::poison() {
+  for (Buffer* b : {&dq, &dk, &dv}) {
+    Buffer nan(b->dtype(), b->numel());
+    nan.fill(NAN);
+    b->copy_from(nan);
+  }
 }
 
 Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& g, const Options& options,
@@ -140,22 +148,21 @@ Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& g,
   const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
   const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
   run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
-  const auto call = [&] {
+  return time_calls(data.device(), warmup, reps, [&] {
     if (impl == Impl::kTiled)
       backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
                k_shape(g.dk), k_shape(g.dv), options);
     else
       eager_backward(q_shape(g.dout), data.q(), data.k(), data.v(), q_shape(g.dq), k_shape(g.dk),
                      k_shape(g.dv), options);
-  };
-  for (int i = 0; i < warmup; ++i) call();
-  Timing timing;
-  if (data.device().kind != DeviceKind::kCPU) {
-    timing.ms = gpu::time_series_ms(data.device().index, call, reps);
-  } else {
-    for (int i = 0; i < reps; ++i) timing.ms.push_back(time_call(call));
-  }
-  return timing;
+  });
+}
+
+std::optional<std::string> eager_backward_wont_fit(const Shape& shape) {
+  const int64_t need = 3 * shape.seqlen_q * shape.seqlen_k * 4, have = available_host_memory();
+  if (have <= 0 || static_cast<double>(need) <= 0.8 * static_cast<double>(have)) return std::nullopt;
+  return "eager_backward needs " + format_bytes(need) + " for S, P and dS, " + format_bytes(have) +
+         " is free";
 }
 
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device) {

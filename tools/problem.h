@@ -61,15 +61,19 @@ struct Timing {
   double min() const;
 };
 
-// `warmup` untimed calls, then `reps` timed ones: on the CPU one by one, on a GPU by
+// `warmup` untimed calls of `call`, then `reps` timed ones: on the CPU one by one, on a GPU by
 // gpu::time_series_ms (L2 flushed before each call, no wait between calls).
+Timing time_calls(Device device, int warmup, int reps, const std::function<void()>& call);
+// time_calls of run_impl.
 Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
                  bool with_lse = true);
 
-// A backward timing's tensors on data's device: dout (random normal) and dq, dk, dv.
+// A backward's tensors: dout (random normal, from the seed) on the host and on data's device,
+// and dq, dk, dv on data's device.
 struct GradBuffers {
   GradBuffers(const AttentionData& data, uint64_t seed);
-  Buffer dout, dq, dk, dv;
+  void poison();  // dq, dk and dv all NaN, so an element never written shows
+  Buffer host_dout, dout, dq, dk, dv;
 };
 
 // forward() (tiled, with its LSE) once into data's O and LSE, then `warmup` untimed and `reps`
@@ -77,6 +81,10 @@ struct GradBuffers {
 // time_impl times the forward.
 Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& grads, const Options& options,
                      int warmup, int reps);
+
+// Why eager_backward() (CPU) cannot run here: its fp32 S, P and dS of one (batch, head) would not
+// fit in the host memory available now; or nothing.
+std::optional<std::string> eager_backward_wont_fit(const Shape& shape);
 
 // Why eager cannot run here (its S and P would not fit in the memory available now), or nothing.
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device);
