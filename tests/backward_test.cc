@@ -242,6 +242,18 @@ TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
   bad = dk;
   bad.data = g.dq.ref().data;  // dk's shape, inside dq's memory
   expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dq", "overlaps another gradient");
+  // supported_backward says what backward() would do, and why not, without writing anything.
+  const Support ok = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                        bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  EXPECT_EQ(ok.kernel, Kernel::kCpuTiled);
+  bad = dk;
+  bad.dtype = DType::kBFloat16;
+  const Support no = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                        bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, bad, dv);
+  EXPECT_FALSE(no.ok);
+  EXPECT_EQ(no.reason.rfind("dk: ", 0), 0u) << no.reason;
+  EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
   // A GPU kernel asked for with CPU tensors (the backward's own check, not the forward's).
   for (Kernel kernel : {Kernel::kCudaSm80, Kernel::kCudaSm90}) {
     Options o;
@@ -254,6 +266,10 @@ TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
       EXPECT_EQ(e.argument(), "options.kernel") << e.what();
       EXPECT_NE(std::string(e.what()).find(kernel_name(kernel)), std::string::npos) << e.what();
     }
+    const Support gpu = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                           bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv, o);
+    EXPECT_FALSE(gpu.ok);
+    EXPECT_EQ(gpu.reason.rfind("options.kernel: ", 0), 0u) << gpu.reason;
     EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
   }
 }

@@ -60,11 +60,20 @@ int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device
   g.poison();
   const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
   const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
+  // The library's own words on failure: which argument, its value, what was expected.
+  const Support support =
+      supported_backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
+                         k_shape(g.dk), k_shape(g.dv), options);
+  if (!support) {
+    std::fprintf(stderr, "tileattn: %s\n", support.reason.c_str());
+    return 2;
+  }
+  const Kernel kernel = support.kernel;
   try {
     run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
     backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
              k_shape(g.dk), k_shape(g.dv), options);
-  } catch (const Error& e) {  // the library's own words: which argument, its value, what was expected
+  } catch (const Error& e) {  // the forward's own checks (supported_backward checks the backward's)
     std::fprintf(stderr, "tileattn: %s\n", e.what());
     return 2;
   }
@@ -73,8 +82,8 @@ int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device
       shape_summary(s).c_str(), dtype_name(dtype), a.causal ? "on" : "off",
       static_cast<long long>(options.window_left), static_cast<long long>(options.window_right), a.softcap,
       a.scale > 0 ? format("%g", a.scale).c_str() : "1/sqrt(D)", static_cast<long long>(a.seed));
-  std::printf("device %s; kernel %s (asked for)\n\n",
-              describe_device(device, thread_count(a.threads)).c_str(), kernel_name(options.kernel));
+  std::printf("device %s; kernel %s\n\n", describe_device(device, thread_count(a.threads)).c_str(),
+              kernel_name(kernel));
 
   // The oracle and eager run on the CPU, from the same inputs and output gradient.
   Options host_options = options;

@@ -2,6 +2,7 @@
 // baseline.
 #pragma once
 
+#include "tileattn/attention.h"
 #include "tileattn/options.h"
 #include "tileattn/tensor.h"
 #include "tileattn/varlen.h"
@@ -22,6 +23,14 @@ namespace tileattn {
 void backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
               const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
               const TensorRef& dv, const Options& options = {}, const TensorRef* dlse = nullptr);
+
+// Whether backward() takes these arguments and the kernel it would run (Kernel::kCpuTiled,
+// kCudaSm80 or kCudaSm90), without running it; when it does not, `reason` names the argument, as
+// backward() would throw.
+Support supported_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                           const TensorRef& out, const TensorRef& lse, const TensorRef& dq,
+                           const TensorRef& dk, const TensorRef& dv, const Options& options = {},
+                           const TensorRef* dlse = nullptr);
 
 // backward() of forward_varlen() (the same Seqlens); rows past seqused get no gradient written.
 void backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,

@@ -111,13 +111,14 @@ detail::BackwardParams prepare(const TensorRef& dout, const TensorRef& q, const 
   return b;
 }
 
-void run(const detail::BackwardParams& b, const Device& device) {
+// The kernel backward() runs for b on its device (kCpuTiled, kCudaSm80 or kCudaSm90), or an Error
+// naming the argument that rules every one out.
+Kernel choose(const detail::BackwardParams& b, const Device& device) {
   if (device.kind == DeviceKind::kCPU) {
     if (b.kernel != Kernel::kAuto && b.kernel != Kernel::kCpuTiled)
       throw Error("options.kernel",
                   std::string(kernel_name(b.kernel)) + " runs on CUDA tensors, but q is on the CPU");
-    detail::cpu::backward(b);
-    return;
+    return Kernel::kCpuTiled;
   }
   // CUDA tensors: the forward's checks of q, k, v, out (and the device; sm90's when the sm90
   // backward is asked for), then the backward's own.
@@ -135,6 +136,24 @@ void run(const detail::BackwardParams& b, const Device& device) {
     if (const detail::Rejection r = detail::sm90_backward_rejects(b); !r.ok())
       throw Error(r.argument, r.reason);
   }
+#if !defined(TILEATTN_WITH_CUDA) || !defined(TILEATTN_CUDA_BACKWARD)
+  throw Error("q", "is on " + device_name(device) +
+                       ", but this build of tileattn has no CUDA backward (configure with "
+                       "-DTILEATTN_CUDA_BACKWARD=ON)");
+#else
+  const bool sm90 =
+      b.kernel == Kernel::kCudaSm90 ||
+      (b.kernel == Kernel::kAuto && sel.kernel == Kernel::kCudaSm90 && detail::sm90_backward_preferred(b));
+  return sm90 ? Kernel::kCudaSm90 : Kernel::kCudaSm80;
+#endif
+}
+
+void run(const detail::BackwardParams& b, const Device& device) {
+  const Kernel kernel = choose(b, device);
+  if (kernel == Kernel::kCpuTiled) {
+    detail::cpu::backward(b);
+    return;
+  }
 #if defined(TILEATTN_WITH_CUDA) && defined(TILEATTN_CUDA_BACKWARD)
   if (b.fwd.check_indices) {  // checked mode: device index tensors validated first
     detail::IndexFaultAt faults[2];
@@ -142,14 +161,7 @@ void run(const detail::BackwardParams& b, const Device& device) {
     for (int side = 0; side < 2; ++side)
       if (auto e = detail::index_fault_error(faults[side], side == 0)) throw *e;
   }
-  const bool sm90 =
-      b.kernel == Kernel::kCudaSm90 ||
-      (b.kernel == Kernel::kAuto && sel.kernel == Kernel::kCudaSm90 && detail::sm90_backward_preferred(b));
-  detail::cuda::backward(b, sm90);
-#else
-  throw Error("q", "is on " + device_name(device) +
-                       ", but this build of tileattn has no CUDA backward (configure with "
-                       "-DTILEATTN_CUDA_BACKWARD=ON)");
+  detail::cuda::backward(b, kernel == Kernel::kCudaSm90);
 #endif
 }
 
@@ -188,6 +200,18 @@ void backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, con
               const TensorRef& out, const TensorRef& lse, const TensorRef& dq, const TensorRef& dk,
               const TensorRef& dv, const Options& options, const TensorRef* dlse) {
   run(prepare(dout, q, k, v, out, lse, dq, dk, dv, nullptr, options, dlse), q.device);
+}
+
+Support supported_backward(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                           const TensorRef& out, const TensorRef& lse, const TensorRef& dq,
+                           const TensorRef& dk, const TensorRef& dv, const Options& options,
+                           const TensorRef* dlse) {
+  try {
+    return Support{
+        true, choose(prepare(dout, q, k, v, out, lse, dq, dk, dv, nullptr, options, dlse), q.device), {}};
+  } catch (const Error& e) {
+    return Support{false, Kernel::kAuto, e.what()};
+  }
 }
 
 void backward_varlen(const TensorRef& dout, const TensorRef& q, const TensorRef& k, const TensorRef& v,

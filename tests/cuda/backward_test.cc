@@ -286,5 +286,31 @@ TEST(CudaBackwardSm90, NamesWhatItDoesNotTake) {
   }
 }
 
+// supported_backward names the kernel backward() runs: on Hopper sm90 at head dim 128 (and 64 or
+// 256 when asked for), else sm80; what it does not take names the argument, as backward() would.
+TEST(CudaBackward, SupportedBackwardNamesTheKernel) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t d : {64, 128, 256}) {
+    Problem p = make(1, 100, 100, 2, 1, d, DType::kBFloat16);
+    const BackwardCase bc(p);
+    Grads g = test::fresh_grads(p, p.dtype);
+    const DeviceCopy dout(bc.dout), q(bc.c.q), k(bc.c.k), v(bc.c.v), out(bc.fwd.out), lse(bc.fwd.lse),
+        dq(g.dq), dk(g.dk), dv(g.dv);
+    const auto ask = [&](Kernel kernel) {
+      Options o;
+      o.kernel = kernel;
+      return supported_backward(dout.ref(), q.ref(), k.ref(), v.ref(), out.ref(), lse.ref(), dq.ref(),
+                                dk.ref(), dv.ref(), o);
+    };
+    const Support by_default = ask(Kernel::kAuto), sm80 = ask(Kernel::kCudaSm80),
+                  sm90 = ask(Kernel::kCudaSm90);
+    ASSERT_TRUE(by_default.ok && sm80.ok) << by_default.reason << " / " << sm80.reason;
+    EXPECT_EQ(sm80.kernel, Kernel::kCudaSm80);
+    EXPECT_EQ(by_default.kernel, sm90_available() && d == 128 ? Kernel::kCudaSm90 : Kernel::kCudaSm80) << d;
+    EXPECT_EQ(sm90.ok, sm90_available()) << sm90.reason;
+    if (sm90.ok) EXPECT_EQ(sm90.kernel, Kernel::kCudaSm90);
+  }
+}
+
 }  // namespace
 }  // namespace tileattn::cuda_test
