@@ -135,26 +135,36 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
   EXPECT_NE(r.reason.find("zero stride"), std::string::npos) << r.reason;
 }
 
-// The default's choice: the sm90 backward at head dim 128; at 64 only without deterministic
-// mode, and on masked rows only from 4k keys (where it was measured ahead of the sm80 kernels).
+// The default's choice, where the sm90 backward was measured ahead of the sm80 kernels (cuda_limits.cc):
+// dense batches at head dim 128, and at 64 and 256 without deterministic mode; varlen and seqused
+// batches at 64 and 128 without it. Never at other head dims.
 TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
   AttnParams p = decode(64);
   p.seqlen_q = 1024, p.seqlen_k = 1024;
   BackwardParams b = backward_of(p);
-  // D = 64: its 128-row steps not yet measured on a GPU (cuda_limits.cc).
-  EXPECT_FALSE(sm90_backward_measured_ahead(b));
-  b.fwd.head_dim = 128, b.deterministic = true;
-  EXPECT_TRUE(sm90_backward_measured_ahead(b));
-  b.fwd.window_right = 0;  // causal
+  for (int d : {64, 128, 256}) {
+    b.fwd.head_dim = d, b.deterministic = false;
+    EXPECT_TRUE(sm90_backward_measured_ahead(b)) << d;
+    b.deterministic = true;
+    EXPECT_EQ(sm90_backward_measured_ahead(b), d == 128) << d;
+  }
+  b.deterministic = false, b.fwd.window_right = 0;  // causal
   EXPECT_TRUE(sm90_backward_measured_ahead(b));
   b.fwd.head_dim = 96;
   EXPECT_FALSE(sm90_backward_measured_ahead(b));
-  // Varlen and seqused batches: not yet run on a GPU (cuda_limits.cc).
   static const int32_t used[4] = {1, 2, 3, 4};
-  BackwardParams used_b = b;
-  used_b.fwd.head_dim = 128, used_b.fwd.seqs.used_q = used;
-  EXPECT_FALSE(sm90_backward_measured_ahead(used_b));
-  EXPECT_FALSE(sm90_backward_preferred(used_b));
+  static const int32_t cu[5] = {0, 1, 3, 6, 10};
+  for (int d : {64, 128, 256}) {
+    for (bool det : {false, true}) {
+      BackwardParams used_b = b, packed_b = b;
+      used_b.fwd.head_dim = packed_b.fwd.head_dim = d;
+      used_b.deterministic = packed_b.deterministic = det;
+      used_b.fwd.seqs.used_q = used;
+      packed_b.fwd.seqs.cu_k = cu;
+      EXPECT_EQ(sm90_backward_measured_ahead(used_b), !det && d != 256) << d << " " << det;
+      EXPECT_EQ(sm90_backward_measured_ahead(packed_b), !det && d != 256) << d << " " << det;
+    }
+  }
   // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).
   EXPECT_FALSE(sm90_backward_preferred(b));
   b.fwd.head_dim = 128;

@@ -10,9 +10,10 @@ TFLOP/s as flash-attn counts them: the backward 2.5x the forward's 4*B*H*L*L*D (
 causal), forward + backward 3.5x. peak_extra_bytes: the most memory a backward call allocates
 beyond its gradients through torch's allocator; tileattn's workspace (fp32 dsum and lse2, 2 x B
 x Hq x Lq floats) is stream-ordered CUDA memory that torch does not see, so its row also gives
-workspace_bytes, that size. tileattn_sm90bwd: the forward and tileattn.attention_backward(...,
-kernel="sm90") called directly (the sm90 backward, which autograd does not choose yet; its
-fp32 dQ sums, 4 x B x Hq x L x D bytes, are stream-ordered too). varlen_backward_suite: packed
+workspace_bytes, that size. tileattn_sm80bwd / tileattn_sm90bwd / tileattn_sm90det: the forward
+and tileattn.attention_backward(..., kernel="sm80" / "sm90" / "sm90" with deterministic=True)
+called directly, one kernel whatever autograd's "auto" would choose (the sm90 backward's fp32
+dQ sums, 4 x B x Hq x L x D bytes, are stream-ordered too). varlen_backward_suite: packed
 batches of mixed lengths on the sm80 and sm90 kernels, beside the dense sm90 backward.
 """
 import itertools
@@ -26,7 +27,9 @@ import tileattn
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
-IMPLS = ["tileattn", "tileattn_sm90bwd", "tileattn_sm90det"] + list(BACKENDS)  # sm90det: deterministic=True
+# The backward entry's kernel and deterministic flag, called directly (not through autograd).
+DIRECT = {"tileattn_sm80bwd": ("sm80", False), "tileattn_sm90bwd": ("sm90", False), "tileattn_sm90det": ("sm90", True)}
+IMPLS = ["tileattn"] + list(DIRECT) + list(BACKENDS)
 
 
 class _Nothing:
@@ -48,12 +51,12 @@ def measure(timer, name, q, k, v, dout, causal, release):
     row = {}
     try:
         with sdpa_kernel(BACKENDS[name]) if name in BACKENDS else _Nothing():
-            if name in ("tileattn_sm90bwd", "tileattn_sm90det"):
-                det = name == "tileattn_sm90det"
+            if name in DIRECT:
+                kernel, det = DIRECT[name]
                 qd, kd, vd = (x.detach() for x in (q, k, v))
                 forward = lambda: tileattn.attention(qd, kd, vd, causal=causal, return_lse=True)
                 out = forward()
-                bwd = lambda o: tileattn.attention_backward(dout, qd, kd, vd, *o, causal=causal, kernel="sm90",
+                bwd = lambda o: tileattn.attention_backward(dout, qd, kd, vd, *o, causal=causal, kernel=kernel,
                                                           deterministic=det)
                 backward = lambda: bwd(out)
                 both = lambda: bwd(forward())
@@ -72,7 +75,7 @@ def measure(timer, name, q, k, v, dout, causal, release):
             row["grads"] = grads
             if name.startswith("tileattn"):
                 row["workspace_bytes"] = 2 * q.shape[0] * q.shape[2] * q.shape[1] * 4
-            if name in ("tileattn_sm90bwd", "tileattn_sm90det"):
+            if name in DIRECT and DIRECT[name][0] == "sm90":
                 bm = 128 if q.shape[3] == 64 else 64  # the sm90 backward's query rows a step (bwd.h)
                 row["workspace_bytes"] += q.shape[0] * q.shape[2] * (q.shape[1] + bm - 1) // bm * bm * q.shape[3] * 4
             for prefix, call in (("bwd_", backward), ("fwdbwd_", both)):
@@ -126,11 +129,12 @@ def backward_suite(args, timer, release):
 
 def varlen_backward_suite(args, timer, mixes, release):
     """Packed batches of mixed lengths (the varlen suite's mixes, bf16, hidden 2048, causal off
-    and on) through tileattn.attention_varlen_backward with the sm80 and the sm90 kernel, beside
-    the dense sm90 backward on the same sequences (one call per length, timed the same way).
+    and on) through tileattn.attention_varlen_backward with the sm80 and the sm90 kernel (the
+    latter also deterministic), beside the dense sm90 backward on the same sequences (one call
+    per length, timed the same way).
     TFLOP/s: 2.5x the sum of 4 L^2 H D (halved when causal)."""
     rows = []
-    for d in [x for x in args.head_dims if x in (64, 128)]:
+    for d in [x for x in args.head_dims if x in (64, 128, 256)]:
         H = args.hidden // d
         for mix, lens in mixes.items():
             for causal in (False, True):
@@ -143,9 +147,10 @@ def varlen_backward_suite(args, timer, mixes, release):
                 out, lse = tileattn.attention_varlen(q, k, v, cu, cu, return_lse=True, **args_v)
                 shape = dict(suite="varlen_backward", mix=mix, D=d, H=H, causal=causal, tokens=total)
                 first = None
-                for kernel in ("sm80", "sm90"):
+                for kernel, det in (("sm80", False), ("sm90", False), ("sm90", True)):
+                    impl = f"tileattn_{kernel}" + ("det" if det else "")
                     call = lambda: tileattn.attention_varlen_backward(dout, q, k, v, out, lse, cu, cu, kernel=kernel,
-                                                                      **args_v)
+                                                                      deterministic=det, **args_v)
                     try:
                         grads = call()
                         if kernel == "sm80":
@@ -154,10 +159,10 @@ def varlen_backward_suite(args, timer, mixes, release):
                                 if first else None)
                         del grads
                         t = timer.time(call)
-                        rows.append(dict(shape, impl=f"tileattn_{kernel}", ms=t["ms"], tflops=flops / t["ms"],
+                        rows.append(dict(shape, impl=impl, ms=t["ms"], tflops=flops / t["ms"],
                                          max_diff_vs_sm80=diff))
                     except Exception as e:
-                        rows.append(dict(shape, impl=f"tileattn_{kernel}",
+                        rows.append(dict(shape, impl=impl,
                                          error=f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
                     print(rows[-1], file=sys.stderr, flush=True)
                 # The dense sm90 backward on each length of the mix (identical lengths once).
@@ -208,10 +213,12 @@ def print_varlen_table(rows):
         if r["suite"] == "varlen_backward":
             by.setdefault((r["D"], r["mix"], r["causal"]), {})[r["impl"]] = r.get("tflops")
     if by:
-        print("\nvarlen backward: TFLOP/s (bf16); sm90 / dense sm90 on the same sequences, sm90 / sm80")
+        print("\nvarlen backward: TFLOP/s (bf16); sm90 / dense sm90 on the same sequences, sm90 / sm80,"
+              " deterministic sm90 / sm80")
         for (d, mix, causal), v in by.items():
             a, b, c = v.get("tileattn_sm90"), v.get("tileattn_sm80"), v.get("tileattn_sm90_dense")
+            det = v.get("tileattn_sm90det")
             fmt = lambda x: f"{x:7.1f}" if x else f"{'-':>7}"
             ratio = lambda x, y: f"{x / y:6.3f}" if x and y else f"{'-':>6}"
-            print(f"  D={d:<4} {mix:16s} causal={int(causal)}: sm90 {fmt(a)}  sm80 {fmt(b)}  dense sm90 {fmt(c)}"
-                  f"   {ratio(a, c)}  {ratio(a, b)}")
+            print(f"  D={d:<4} {mix:16s} causal={int(causal)}: sm90 {fmt(a)}  sm90-det {fmt(det)}  sm80 {fmt(b)}"
+                  f"  dense sm90 {fmt(c)}   {ratio(a, c)}  {ratio(a, b)}  {ratio(det, b)}")

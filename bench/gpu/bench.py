@@ -116,7 +116,7 @@ IMPLS = {
         Impl("read_kv", lambda q, k, v, c: read_ceiling.read_kv(q, k, v, c), attention=False),
     ]
 }
-SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "read_kv": "read-KV", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
+SHORT = {"tileattn_core": "ours-core", "tileattn": "ours", "tileattn_sm80": "ours-sm80", "tileattn_sm80bwd": "sm80-bwd", "tileattn_sm90bwd": "ours-sm90", "tileattn_sm90det": "sm90-det", "tileattn_nosplit": "ours-1split", "read_kv": "read-KV", "tileattn_eager": "our-eager", "torch_eager": "torch-eager",
          "sdpa_flash": "FLASH", "sdpa_efficient": "EFFIC", "sdpa_cudnn": "CUDNN", "sdpa_default": "SDPA"}
 
 

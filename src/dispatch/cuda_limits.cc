@@ -139,16 +139,17 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 #endif
 }
 
-// Measured on an H200 (bf16, bench/results/gpu_backward_h200_2026-12-02_9e5be2f*.json): at head
-// dim 128 the sm90 backward is ahead everywhere; at 64 it is ahead without deterministic mode
-// (1.07-1.16x the sm80 kernels) except on masked rows shorter than 4k keys (causal L = 1k: 0.96x),
-// and behind with it (0.80-0.98x: its fixed dQ order waits, the sm80 dQ pass does not). Those
-// D = 64 figures are of its 64-row steps; the 128-row steps that replaced them (bwd.h) have not
-// yet run on a GPU, so until they have, D = 64 runs the sm80 kernels unless sm90 is asked for.
-// Varlen and seqused batches alike (bwd_seq, bwd_loader.cuh: compiled, not yet run on a GPU).
+// Measured on an H200 (bf16, the backward suites of bench/results/
+// gpu_backward_h200_2026-12-05_c95c5be.txt, and 9e5be2f for deterministic mode at 128): the sm90
+// backward is ahead of the sm80 kernels at every shape measured. Dense: at head dim 128
+// (deterministic mode too), 1.1-2.3x at 64 and 2.1-3.7x at 256. Varlen and seqused batches
+// (bwd_seq): 1.6-2.2x at 64 and 128. Not yet timed with these kernels, so the sm80 kernels unless
+// sm90 is asked for: deterministic mode at 64 and 256 and in varlen batches, varlen batches at 256.
 bool sm90_backward_measured_ahead(const BackwardParams& b) {
   const Seqs& s = b.fwd.seqs;
-  return b.fwd.head_dim == 128 && !(s.cu_q || s.cu_k || s.used_q || s.used_k);
+  const int d = b.fwd.head_dim;
+  if (s.cu_q || s.cu_k || s.used_q || s.used_k) return !b.deterministic && (d == 64 || d == 128);
+  return d == 128 || (!b.deterministic && (d == 64 || d == 256));
 }
 
 bool sm90_backward_preferred(const BackwardParams& b) {
