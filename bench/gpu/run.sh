@@ -27,8 +27,9 @@
 #   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
 #             the lengths in TUNE_L (default 1024 4096 16384); the lines in OUTDIR/tune.txt,
 #             each variant over the default in the summary (tune_table.py)
-#   tune_bwd  tests/cuda_sm90/tune_sm90_bwd: the sm90 backward at D = 128 with two dS buffers
-#             against the library's one (SM90_TUNE=ON with the CUDA backward), at TUNE_BWD_L
+#   tune_bwd  tests/cuda_sm90/tune_sm90_bwd: where the sm90 backward's time goes (preprocessing,
+#             zeroing, kernel, conversion, each timed alone) at D = 64, 128, 256 (SM90_TUNE=ON
+#             with the CUDA backward), at TUNE_BWD_L
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
@@ -131,9 +132,9 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON): OUTDIR/tun
   grep "FAILED" "$OUT/tune.txt" >>"$SUMMARY"
   python3 "$ROOT/bench/gpu/tune_table.py" "$OUT/tune.txt" >>"$SUMMARY"
 }
-run_tune_bwd() {  # the sm90 backward with one dS buffer against two (SM90_TUNE=ON, CUDA_BACKWARD on)
-  step tune-bwd 200 "$BUILD/tests/cuda_sm90/tune_sm90_bwd" ${TUNE_BWD_L:-1024 4096 16384}
-  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |buffer|failed|what\(\)|CUDA error" | cut -c1-200 >>"$SUMMARY"
+run_tune_bwd() {  # the sm90 backward's parts timed alone (SM90_TUNE=ON, CUDA_BACKWARD on)
+  step tune-bwd 200 "$BUILD/tests/cuda_sm90/tune_sm90_bwd" ${TUNE_BWD_L:-512 1024 4096 16384}
+  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |preprocess|failed|what\(\)|CUDA error" | cut -c1-200 >>"$SUMMARY"
 }
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"

@@ -1,22 +1,20 @@
-// tune_sm90_bwd [L...]: the sm90 backward at D = 128 with the library's one dS buffer against two
-// (BwdSmem: a step then ends without its second named barrier), bf16, hidden 2048 (H = 16), B =
-// 16384 / L, causal off and on (default L: 1024 4096 16384). Each variant runs the library's
-// whole sm90 path (preprocessing, dQ sums zeroed, kernel, conversion: cuda/backward.cc), timed
-// by CUDA events over 20 calls back to back after 3; TFLOP/s = 2.5 x 4 B H L^2 D (halved when
-// causal), after a run of each in deterministic mode, whose dq, dk and dv must have the same
-// bits (dS feeds only dQ, and deterministic mode orders dQ's additions: a dS race shows there).
+// tune_sm90_bwd [L...]: where the sm90 backward's time goes. At D = 64, 128 and 256 (bf16, hidden
+// 2048, H = 2048 / D, B = 16384 / L, causal off and on; default L: 512 1024 4096 16384) it times
+// the library's whole sm90 path (cuda/backward.cc: preprocessing, dQ sums zeroed, kernel,
+// conversion) and each of the four parts alone, by CUDA events over 20 calls back to back after
+// 3 (no L2 flush: the parts' shares, not the harness's rates). TFLOP/s = 2.5 x 4 B H L^2 D
+// (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
+// whole path's time outside the kernel. Inputs: a hash fill, out and lse from the forward.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "cuda/sm80/sm80.h"
-#include "cuda/sm90/bwd_launch.cuh"
+#include "cuda/sm90/bwd.h"
 #include "fill.h"
 #include "tileattn/tileattn.h"
 
@@ -34,83 +32,71 @@ using namespace tileattn::detail;
     }                                                              \
   } while (0)
 
-constexpr int64_t kD = 128;
+constexpr int64_t kTokens = 16384, kHidden = 2048;
 
-struct Problem {
-  int64_t B, L, H;
-  bool causal;
-  void *q, *k, *v, *dout, *out;
+struct Buffers {
+  void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
   float *lse, *rows, *accum;
-  int* order;  // null: dQ's additions race (the default); else deterministic mode's counters
 };
 
-// The library's sm90 path for p with kDsStages dS buffers, into dq, dk, dv.
-template <int kDsStages>
-void run(const Problem& pr, void* dq, void* dk, void* dv) {
+// The library's sm90 path for one shape, each part callable alone (the same order and buffers as
+// cuda/backward.cc; deterministic mode off).
+struct Path {
   BackwardParams b;
-  AttnParams& p = b.fwd;
-  p.q = pr.q, p.k = pr.k, p.v = pr.v, p.out = pr.out, p.lse = pr.lse;
-  p.dtype = p.out_dtype = DType::kBFloat16;
-  p.batch = pr.B, p.seqlen_q = p.seqlen_k = pr.L, p.heads_q = p.heads_kv = pr.H, p.head_dim = kD;
-  const Strides4 st{pr.L * pr.H * kD, pr.H * kD, kD, 1};
-  p.q_stride = p.k_stride = p.v_stride = p.out_stride = st;
-  p.lse_stride = Strides3{pr.H * pr.L, pr.L, 1};
-  p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-  p.window_left = -1, p.window_right = pr.causal ? 0 : -1;
-  p.seqs.max_q = p.seqs.max_k = pr.L;
-  b.dout = pr.dout, b.dq = dq, b.dk = dk, b.dv = dv;
-  b.dout_stride = b.dq_stride = b.dk_stride = b.dv_stride = st;
-  b.grad_dtype = DType::kBFloat16;
-  const int64_t rows = pr.B * pr.H * pr.L;
-  const sm80::BwdKernelParams k = sm80::make_bwd_params(b, pr.rows, pr.rows + rows);
-  sm80::bwd_preprocess(k, p.dtype, nullptr);
-  sm90::BwdParams kp = sm90::bwd_params(b, k);
-  kp.dq_accum = pr.accum;
-  const int64_t tiles = p.heads_q * kp.dq_tiles.head_blocks, accum = tiles * kp.dq_tiles.block_m * kD;
-  CHECK(cudaMemsetAsync(pr.accum, 0, accum * sizeof(float)));
-  if (pr.order) CHECK(cudaMemsetAsync(pr.order, 0, tiles * sizeof(int)));
-  kp.dq_order = pr.order;
-  cuda::for_dtype_and_mask(p, [&](auto, auto mask) {
-    sm90::launch_bwd<kD, __nv_bfloat16, typename decltype(mask)::type, false, kDsStages>(b, kp);
-  });
-  sm90::dq_from_accum(b, kp);
-}
+  sm80::BwdKernelParams k;
+  sm90::BwdParams kp;
+  int64_t accum_floats = 0;
 
-template <int kDsStages>
-float time_ms(const Problem& pr, void* dq, void* dk, void* dv) {
-  for (int i = 0; i < 3; ++i) run<kDsStages>(pr, dq, dk, dv);
+  Path(const Buffers& m, int64_t B, int64_t L, int64_t D, bool causal) {
+    AttnParams& p = b.fwd;
+    const int64_t H = kHidden / D;
+    p.q = m.q, p.k = m.k, p.v = m.v, p.out = m.out, p.lse = m.lse;
+    p.dtype = p.out_dtype = DType::kBFloat16;
+    p.batch = B, p.seqlen_q = p.seqlen_k = L, p.heads_q = p.heads_kv = H, p.head_dim = D;
+    const Strides4 st{L * H * D, H * D, D, 1};
+    p.q_stride = p.k_stride = p.v_stride = p.out_stride = st;
+    p.lse_stride = Strides3{H * L, L, 1};
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.window_left = -1, p.window_right = causal ? 0 : -1;
+    p.seqs.max_q = p.seqs.max_k = L;
+    b.dout = m.dout, b.dq = m.dq, b.dk = m.dk, b.dv = m.dv;
+    b.dout_stride = b.dq_stride = b.dk_stride = b.dv_stride = st;
+    b.grad_dtype = DType::kBFloat16;
+    const int64_t rows = B * H * L;
+    k = sm80::make_bwd_params(b, m.rows, m.rows + rows);
+    kp = sm90::bwd_params(b, k);
+    kp.dq_accum = m.accum;
+    accum_floats = p.heads_q * kp.dq_tiles.head_blocks * kp.dq_tiles.block_m * D;
+  }
+  void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
+  void zero() const { CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float))); }
+  void kernel() const { sm90::backward(b, kp); }
+  void convert() const { sm90::dq_from_accum(b, kp); }
+  void all() const {
+    preprocess();
+    zero();
+    kernel();
+    convert();
+  }
+};
+
+template <class F>
+float time_ms(F&& call) {
+  for (int i = 0; i < 3; ++i) call();
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   CHECK(cudaEventRecord(start));
   constexpr int kCalls = 20;
-  for (int i = 0; i < kCalls; ++i) run<kDsStages>(pr, dq, dk, dv);
+  for (int i = 0; i < kCalls; ++i) call();
   CHECK(cudaEventRecord(stop));
   CHECK(cudaEventSynchronize(stop));
+  CHECK(cudaGetLastError());
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   return ms / kCalls;
-}
-
-float bf16_at(const std::vector<uint16_t>& x, size_t i) {
-  const uint32_t bits = uint32_t{x[i]} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-double max_diff(const void* a, const void* b, int64_t n) {
-  std::vector<uint16_t> ha(n), hb(n);
-  CHECK(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(hb.data(), b, n * 2, cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = std::abs(double{bf16_at(ha, i)} - bf16_at(hb, i));
-    worst = std::isnan(d) ? d : std::max(worst, d);
-  }
-  return worst;
 }
 
 }  // namespace
@@ -119,62 +105,49 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<int64_t> lengths;
   for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
-  if (lengths.empty()) lengths = {1024, 4096, 16384};
+  if (lengths.empty()) lengths = {512, 1024, 4096, 16384};
   for (int64_t L : lengths)
-    if (L < 64 || L > 16384 || L % 64 != 0) {
-      std::printf("failed: L = %lld (64 to 16384, a multiple of 64)\n", static_cast<long long>(L));
+    if (L < 128 || L > kTokens || kTokens % L != 0) {
+      std::printf("failed: L = %lld (128 to 16384, dividing 16384)\n", static_cast<long long>(L));
       return 1;
     }
-  const int64_t n = int64_t{16384} * 2048;  // elements of each [B, L, H, D] buffer
-  Problem pr{};
-  void* grads[6];
-  for (void** ptr : {&pr.q, &pr.k, &pr.v, &pr.dout, &pr.out}) CHECK(cudaMalloc(ptr, n * 2));
-  for (void*& g : grads) CHECK(cudaMalloc(&g, n * 2));
-  CHECK(cudaMalloc(&pr.lse, n / kD * 4));
-  CHECK(cudaMalloc(&pr.rows, 2 * n / kD * 4));
-  CHECK(cudaMalloc(&pr.accum, n * 4));  // B x L x H x D floats: L a multiple of 64, the dQ tiles'
-  int* order = nullptr;
-  CHECK(cudaMalloc(&order, n / kD / 64 * sizeof(int)));
-  cuda_test::fill_hash_bf16(pr.q, n, 1);
-  cuda_test::fill_hash_bf16(pr.k, n, 2);
-  cuda_test::fill_hash_bf16(pr.v, n, 3);
-  cuda_test::fill_hash_bf16(pr.dout, n, 4);
-  std::printf("%6s %6s %4s %7s | %26s | %27s | %s\n", "L", "B", "H", "causal", "one dS buffer: ms  TFLOP/s",
-              "two dS buffers: ms  TFLOP/s", "deterministic max |diff| dq dk dv");
-  for (int64_t L : lengths)
-    for (bool causal : {false, true}) {
-      pr.B = 16384 / L, pr.L = L, pr.H = 2048 / kD, pr.causal = causal;
-      const TensorRef q = TensorRef::contiguous(pr.q, DType::kBFloat16, {pr.B, L, pr.H, kD}, Device::cuda());
-      const TensorRef k = TensorRef::contiguous(pr.k, DType::kBFloat16, {pr.B, L, pr.H, kD}, Device::cuda());
-      const TensorRef v = TensorRef::contiguous(pr.v, DType::kBFloat16, {pr.B, L, pr.H, kD}, Device::cuda());
-      const TensorRef o =
-          TensorRef::contiguous(pr.out, DType::kBFloat16, {pr.B, L, pr.H, kD}, Device::cuda());
-      const TensorRef lse = TensorRef::contiguous(pr.lse, DType::kFloat32, {pr.B, pr.H, L}, Device::cuda());
-      Options options;
-      options.causal = causal;
-      forward(q, k, v, o, &lse, options);
-      const int64_t elems = pr.B * L * pr.H * kD;
-      pr.order = order;  // deterministic mode: the same bits from both
-      run<1>(pr, grads[0], grads[1], grads[2]);
-      run<2>(pr, grads[3], grads[4], grads[5]);
-      CHECK(cudaDeviceSynchronize());
-      const double diffs[3] = {max_diff(grads[0], grads[3], elems), max_diff(grads[1], grads[4], elems),
-                               max_diff(grads[2], grads[5], elems)};
-      pr.order = nullptr;
-      const float one = time_ms<1>(pr, grads[0], grads[1], grads[2]);
-      const float two = time_ms<2>(pr, grads[3], grads[4], grads[5]);
-      CHECK(cudaDeviceSynchronize());
-      const double tflop = 2.5 * 4.0 * pr.B * pr.H * L * L * kD / (causal ? 2 : 1) / 1e9;
-      const bool same = diffs[0] == 0 && diffs[1] == 0 && diffs[2] == 0;
-      std::printf("%6lld %6lld %4lld %7d | %10.3f %13.1f | %10.3f %13.1f | %.3g %.3g %.3g%s\n",
-                  static_cast<long long>(L), static_cast<long long>(pr.B), static_cast<long long>(pr.H),
-                  static_cast<int>(causal), one, tflop / one, two, tflop / two, diffs[0], diffs[1], diffs[2],
-                  same ? "" : "  FAILED: deterministic results differ");
-    }
-  for (void* ptr : {pr.q, pr.k, pr.v, pr.dout, pr.out, static_cast<void*>(pr.lse),
-                    static_cast<void*>(pr.rows), static_cast<void*>(pr.accum)})
-    cudaFree(ptr);
-  for (void* g : grads) cudaFree(g);
-  cudaFree(order);
+  const int64_t n = kTokens * kHidden;  // elements of each [B, L, H, D] buffer
+  Buffers m{};
+  for (void** ptr : {&m.q, &m.k, &m.v, &m.dout, &m.out, &m.dq, &m.dk, &m.dv}) CHECK(cudaMalloc(ptr, n * 2));
+  CHECK(cudaMalloc(&m.lse, n / 64 * 4));  // B x H x L floats at D >= 64
+  CHECK(cudaMalloc(&m.rows, 2 * n / 64 * 4));
+  CHECK(cudaMalloc(&m.accum, 2 * n * 4));  // dQ's tiles, with room for the padding of the last
+  cuda_test::fill_hash_bf16(m.q, n, 1);
+  cuda_test::fill_hash_bf16(m.k, n, 2);
+  cuda_test::fill_hash_bf16(m.v, n, 3);
+  cuda_test::fill_hash_bf16(m.dout, n, 4);
+  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s\n", "D", "L", "B", "H", "causal",
+              "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed");
+  for (int64_t D : {64, 128, 256})
+    for (int64_t L : lengths)
+      for (bool causal : {false, true}) {
+        const int64_t B = kTokens / L, H = kHidden / D;
+        const auto ref = [&](void* data) {
+          return TensorRef::contiguous(data, DType::kBFloat16, {B, L, H, D}, Device::cuda());
+        };
+        const TensorRef lse = TensorRef::contiguous(m.lse, DType::kFloat32, {B, H, L}, Device::cuda());
+        Options options;
+        options.causal = causal;
+        forward(ref(m.q), ref(m.k), ref(m.v), ref(m.out), &lse, options);
+        const Path path(m, B, L, D, causal);
+        const float all = time_ms([&] { path.all(); });
+        const float pre = time_ms([&] { path.preprocess(); });
+        const float zero = time_ms([&] { path.zero(); });
+        const float kern = time_ms([&] { path.kernel(); });
+        const float conv = time_ms([&] { path.convert(); });
+        const double tflop = 2.5 * 4.0 * B * H * L * L * D / (causal ? 2 : 1) / 1e9;
+        std::printf("%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%%\n",
+                    static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(B),
+                    static_cast<long long>(H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
+                    conv, tflop / kern, 100.0 * (all - kern) / all);
+      }
+  for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),
+                    static_cast<void*>(m.rows), static_cast<void*>(m.accum)})
+    CHECK(cudaFree(ptr));
   return 0;
 }

@@ -198,10 +198,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     // dS^T into dS [query][key], this warpgroup's keys in chunk w (the A operand of dQ = dS K).
     // Four stmatrix .trans a thread, each 8 x 8 block of keys by queries stored as 8 query rows
     // of 16 bytes (bwd_layout.h).
-    // Two dS buffers (Smem::kDsBuffers): step i writes buffer i % 2, whose last readers (step i -
-    // 2's dQ GEMMs) both consumers completed before step i - 1's barrier 1.
-    const int ds_buf = Smem::kDsBuffers == 2 ? static_cast<int>(i & 1) : 0;
-    const uint32_t ds_base = smem_addr(sm.ds(ds_buf) + w * kM * 128);
+    const uint32_t ds_base = smem_addr(sm.ds() + w * kM * 128);
 #pragma unroll
     for (int m = 0; m < kM / 16; ++m)
       stmatrix_x4_trans(ds_base + ds_stmatrix_offset(m, warp, lane), fs[m][0], fs[m][1], fs[m][2], fs[m][3]);
@@ -215,7 +212,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {  // keys 16 kk on
       const uint64_t da =
-          make_smem_desc(sm.ds(ds_buf) + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
+          make_smem_desc(sm.ds() + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
       const uint64_t db = make_smem_desc(sm.k() + dq_col / 64 * kN * 128 + 2048 * kk, kN * 128, 1024);
       WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
     }
@@ -225,11 +222,11 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     fence_operands<kD / 2>(dv);
     fence_operands<32>(dq);
 
-    // Every GEMM of this step has read dS, Q and dO: dS may be written again (one buffer: once
-    // the other consumer's GEMMs have read it too), and the stage goes back to the loader. Every
-    // consumer thread arrives, after its own warpgroup's GEMMs (the loader's lanes then
-    // overwrite the rows each of them read).
-    if constexpr (Smem::kDsBuffers == 1) named_sync(2, 2 * kWarpgroupThreads);
+    // Every GEMM of this step has read dS, Q and dO: dS may be written again once the other
+    // consumer's GEMMs have read it too, and the stage goes back to the loader. Every consumer
+    // thread arrives, after its own warpgroup's GEMMs (the loader's lanes then overwrite the
+    // rows each of them read).
+    named_sync(2, 2 * kWarpgroupThreads);
     mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
@@ -259,13 +256,13 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
 
 // kVarlen: the batch's sequences differ (cu_seqlens, seqused: bwd_seq); CTAs past a sequence's
 // keys end at once.
-template <int kD, class T, class Mask, bool kVarlen, int kDsStages = 1>
+template <int kD, class T, class Mask, bool kVarlen>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Smem = BwdSmem<kD, kDsStages>;
+  using Smem = BwdSmem<kD>;
   // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
   // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's
   // wgmmas are serialized at 232, D = 64's consumers spill).

@@ -17,11 +17,11 @@
 namespace tileattn::detail::sm90 {
 
 // kVarlen: cu_seqlens or seqused (a packed tensor's map is one batch entry of all its rows).
-template <int kD, class T, class Mask, bool kVarlen, int kDsStages = 1>
+template <int kD, class T, class Mask, bool kVarlen>
 void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const AttnParams& p = b.fwd;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kM = BwdSmem<kD, kDsStages>::kM;
+  constexpr int kM = BwdSmem<kD>::kM;
   const bool packed_q = p.seqs.cu_q != nullptr, packed_k = p.seqs.cu_k != nullptr;
   const MapView vq = map_view(p.q_stride, p.batch, p.seqlen_q, packed_q, p.total_q);
   const MapView vdo = map_view(b.dout_stride, p.batch, p.seqlen_q, packed_q, p.total_q);
@@ -31,10 +31,10 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const CUtensorMap tm_do = map_of(b.dout, bf16, vdo.strides, vdo.batch, vdo.len, p.heads_q, kD, kM);
   const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
-  constexpr int kSmem = BwdSmem<kD, kDsStages>::kBytes;
-  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kDsStages>>(kSmem, p.device_index);
+  constexpr int kSmem = BwdSmem<kD>::kBytes;
+  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen>>(kSmem, p.device_index);
   const auto ctas = static_cast<unsigned>(kp.n_blocks * kp.heads_kv * kp.batch);
-  attention_bwd_sm90<kD, T, Mask, kVarlen, kDsStages>
+  attention_bwd_sm90<kD, T, Mask, kVarlen>
       <<<dim3(ctas), 3 * kWarpgroupThreads, kSmem, static_cast<cudaStream_t>(p.cuda_stream)>>>(
           tm_q, tm_k, tm_v, tm_do, kp);
   TILEATTN_CUDA_CHECK_LAUNCH();

@@ -10,16 +10,14 @@
 namespace tileattn::detail::sm90 {
 
 // Shared memory: K, V ([D / 64][kN keys][64], 128-byte swizzled as TMA writes them), kStages
-// stages of Q and dO ([D / 64][kM rows][64]), kDsStages buffers of dS ([kN / 64 key chunks][kM
-// rows][64 keys], swizzled; with two, a step's dS never overwrites one the other consumer may
-// still read, and the step ends without a barrier: a tuning variant at D = 128 so far), at D =
-// 256 the consumers' P^T handoff (bwd_pair.cuh), kDqBuffers buffers of dQ's fp32 staging (kM x
-// D: the two consumers' parts, in the accumulators' order), kStages stages of lse2 / dsum rows
-// and the barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO and
-// one dQ buffer: two would need 280 KiB.
-template <int kD, int kDsStages = 1>
+// stages of Q and dO ([D / 64][kM rows][64]), dS ([kN / 64 key chunks][kM rows][64 keys],
+// swizzled), at D = 256 the consumers' P^T handoff (bwd_pair.cuh), kDqBuffers buffers of dQ's fp32 staging
+// (kM x D: the two consumers' parts, in the accumulators' order), kStages stages of lse2 / dsum rows and the
+// barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO and one dQ buffer: two
+// would need 280 KiB.
+template <int kD>
 struct BwdSmem {
-  static constexpr int kDim = kD, kDsBuffers = kDsStages;
+  static constexpr int kDim = kD;
   static constexpr int kM = bwd_block_m(kD);  // query rows a step
   static constexpr int kN = bwd_block_n(kD);  // the CTA's keys
   static constexpr int kStages = kD == 256 ? 1 : 2, kDqBuffers = kD == 256 ? 1 : 2;
@@ -27,28 +25,25 @@ struct BwdSmem {
   static constexpr int kDsBytes = kM * kN * 2, kDqBytes = kM * kD * 4;
   static constexpr int kXchBytes = kD == 256 ? kN * kM * 4 : 0;  // P^T in fp32
   static constexpr int kRowsBytes = 2 * kM * 4;                  // a stage's lse2 and dsum rows
-  static constexpr int kBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes + kDsStages * kDsBytes +
-                                kXchBytes + kDqBuffers * kDqBytes + kStages * kRowsBytes + 1024;
-  static_assert((kDsStages == 1 || kDsStages == 2) && kBytes <= 227 * 1024,
-                "one or two dS buffers, within a CTA's shared memory");
+  static constexpr int kBytes = 1024 + 2 * kKBytes + 2 * kStages * kQBytes + kDsBytes + kXchBytes +
+                                kDqBuffers * kDqBytes + kStages * kRowsBytes + 1024;
+  static_assert(kBytes <= 227 * 1024, "within a CTA's shared memory");
   uint8_t* base;
   __device__ uint8_t* k() const { return base; }
   __device__ uint8_t* v() const { return base + kKBytes; }
   __device__ uint8_t* q(int stage) const { return base + 2 * kKBytes + stage * 2 * kQBytes; }
   __device__ uint8_t* dout(int stage) const { return q(stage) + kQBytes; }
-  __device__ uint8_t* ds(int buf = 0) const {
-    return base + 2 * kKBytes + 2 * kStages * kQBytes + buf * kDsBytes;
-  }
-  __device__ float* xch() const { return reinterpret_cast<float*>(ds(kDsStages)); }
+  __device__ uint8_t* ds() const { return base + 2 * kKBytes + 2 * kStages * kQBytes; }
+  __device__ float* xch() const { return reinterpret_cast<float*>(ds() + kDsBytes); }
   __device__ float* dq(int buf) const {
-    return reinterpret_cast<float*>(ds(kDsStages) + kXchBytes + buf * kDqBytes);
+    return reinterpret_cast<float*>(ds() + kDsBytes + kXchBytes + buf * kDqBytes);
   }
   // Stage s's lse2 (kM floats), then its dsum.
   __device__ float* rows(int stage) const {
-    return reinterpret_cast<float*>(ds(kDsStages) + kXchBytes + kDqBuffers * kDqBytes + stage * kRowsBytes);
+    return reinterpret_cast<float*>(ds() + kDsBytes + kXchBytes + kDqBuffers * kDqBytes + stage * kRowsBytes);
   }
   __device__ uint64_t* barriers() const {
-    return reinterpret_cast<uint64_t*>(ds(kDsStages) + kXchBytes + kDqBuffers * kDqBytes +
+    return reinterpret_cast<uint64_t*>(ds() + kDsBytes + kXchBytes + kDqBuffers * kDqBytes +
                                        kStages * kRowsBytes);
   }
   // [0] K and V ready; stage s's Q, dO and rows ready / read by every consumer; dQ staging
@@ -63,7 +58,7 @@ struct BwdSmem {
   __device__ uint64_t* kv_landed() const { return barriers() + 9; }
   __device__ uint64_t* qdo_landed(int s) const { return barriers() + 10 + s; }
 };
-static_assert(BwdSmem<128, 2>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024 &&
+static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024 &&
                   BwdSmem<256>::kBytes <= 227 * 1024,
               "the backward needs more shared memory than a CTA has");
 static_assert(BwdSmem<64>::kN == 2 * 64 && BwdSmem<128>::kN == 2 * 64 && BwdSmem<256>::kN == 64,
