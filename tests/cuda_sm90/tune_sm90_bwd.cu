@@ -4,7 +4,10 @@
 // conversion) and each of the four parts alone, by CUDA events over 20 calls back to back after
 // 3 (no L2 flush: the parts' shares, not the harness's rates). TFLOP/s = 2.5 x 4 B H L^2 D
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
-// whole path's time outside the kernel. Inputs: a hash fill, out and lse from the forward.
+// whole path's time outside the kernel. At D = 64 and 128 it times the persistent variant of the
+// kernel too (bwd_kernel.cuh: one CTA an SM walking the tiles), alone and in the whole path, after
+// checking that in deterministic mode both kernels give the same bits of dq, dk and dv (the same
+// additions in the same order). Inputs: a hash fill, out and lse from the forward.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -14,7 +17,7 @@
 #include <vector>
 
 #include "cuda/sm80/sm80.h"
-#include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_launch.cuh"
 #include "fill.h"
 #include "tileattn/tileattn.h"
 
@@ -37,17 +40,19 @@ constexpr int64_t kTokens = 16384, kHidden = 2048;
 struct Buffers {
   void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
   float *lse, *rows, *accum;
+  int* order;  // deterministic mode's counters
 };
 
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
-// cuda/backward.cc; deterministic mode off).
+// cuda/backward.cc), with the library's kernel or the persistent one.
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
   sm90::BwdParams kp;
-  int64_t accum_floats = 0;
+  int64_t accum_floats = 0, tiles = 0;
+  bool persistent = false;
 
-  Path(const Buffers& m, int64_t B, int64_t L, int64_t D, bool causal) {
+  Path(const Buffers& m, int64_t B, int64_t L, int64_t D, bool causal, bool deterministic) {
     AttnParams& p = b.fwd;
     const int64_t H = kHidden / D;
     p.q = m.q, p.k = m.k, p.v = m.v, p.out = m.out, p.lse = m.lse;
@@ -66,11 +71,25 @@ struct Path {
     k = sm80::make_bwd_params(b, m.rows, m.rows + rows);
     kp = sm90::bwd_params(b, k);
     kp.dq_accum = m.accum;
-    accum_floats = p.heads_q * kp.dq_tiles.head_blocks * kp.dq_tiles.block_m * D;
+    tiles = p.heads_q * kp.dq_tiles.head_blocks;
+    accum_floats = tiles * kp.dq_tiles.block_m * D;
+    kp.dq_order = deterministic ? m.order : nullptr;
   }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
-  void zero() const { CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float))); }
-  void kernel() const { sm90::backward(b, kp); }
+  void zero() const {
+    CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float)));
+    if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
+  }
+  void kernel() const {
+    if (!persistent) return sm90::backward(b, kp);
+    cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
+      using Mask = typename decltype(mask)::type;
+      if (b.fwd.head_dim == 64)
+        sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp);
+      else
+        sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp);
+    });
+  }
   void convert() const { sm90::dq_from_accum(b, kp); }
   void all() const {
     preprocess();
@@ -121,8 +140,10 @@ int main(int argc, char** argv) {
   cuda_test::fill_hash_bf16(m.k, n, 2);
   cuda_test::fill_hash_bf16(m.v, n, 3);
   cuda_test::fill_hash_bf16(m.dout, n, 4);
-  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s\n", "D", "L", "B", "H", "causal",
-              "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed");
+  CHECK(cudaMalloc(&m.order, n / 64 / 64 * sizeof(int)));  // a counter a dQ tile (>= 64 rows)
+  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
+              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed",
+              "persistent: all ms, kernel ms, kernel TFLOP/s, over the library's kernel, same bits");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -134,20 +155,43 @@ int main(int argc, char** argv) {
         Options options;
         options.causal = causal;
         forward(ref(m.q), ref(m.k), ref(m.v), ref(m.out), &lse, options);
-        const Path path(m, B, L, D, causal);
+        Path path(m, B, L, D, causal, false);
         const float all = time_ms([&] { path.all(); });
         const float pre = time_ms([&] { path.preprocess(); });
         const float zero = time_ms([&] { path.zero(); });
         const float kern = time_ms([&] { path.kernel(); });
         const float conv = time_ms([&] { path.convert(); });
         const double tflop = 2.5 * 4.0 * B * H * L * L * D / (causal ? 2 : 1) / 1e9;
-        std::printf("%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%%\n",
+        std::printf("%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%% |",
                     static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(B),
                     static_cast<long long>(H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
                     conv, tflop / kern, 100.0 * (all - kern) / all);
+        if (D == 256) {
+          std::printf(" -\n");
+          continue;
+        }
+        // Deterministic mode: the library's kernel, then the persistent one, bit for bit.
+        Path det(m, B, L, D, causal, true);
+        std::vector<uint16_t> first(3 * n), again(3 * n);
+        const auto grads = [&](std::vector<uint16_t>* out) {
+          det.all();
+          CHECK(cudaDeviceSynchronize());
+          int i = 0;
+          for (void* g : {m.dq, m.dk, m.dv})
+            CHECK(cudaMemcpy(out->data() + n * i++, g, n * 2, cudaMemcpyDeviceToHost));
+        };
+        grads(&first);
+        det.persistent = true;
+        grads(&again);
+        const bool same = first == again;
+        path.persistent = true;
+        const float all_p = time_ms([&] { path.all(); });
+        const float kern_p = time_ms([&] { path.kernel(); });
+        std::printf(" %8.3f %8.3f %7.1f %6.3f %s\n", all_p, kern_p, tflop / kern_p, kern / kern_p,
+                    same ? "yes" : "no  FAILED: the persistent kernel's bits differ");
       }
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),
-                    static_cast<void*>(m.rows), static_cast<void*>(m.accum)})
+                    static_cast<void*>(m.rows), static_cast<void*>(m.accum), static_cast<void*>(m.order)})
     CHECK(cudaFree(ptr));
   return 0;
 }

@@ -17,7 +17,8 @@
 //   64), staged in fp32 and added into the fp32 dq_accum with one bulk reduction
 //   (cp.reduce.async.bulk .add.f32) a step; with dq_order the additions to a query block run
 //   in key-block order (deterministic mode).
-// dK and dV stay in registers over the steps and are written once at the end.
+// dK and dV stay in registers over the steps and are written once at the end. A tuning variant
+// (kPersistent) runs one CTA an SM over the tiles.
 #pragma once
 
 #include <cuda.h>
@@ -51,7 +52,8 @@ namespace tileattn::detail::sm90 {
 // addition: bwd_order.h).
 template <class Smem, class Mask, bool kVarlen>
 __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
-                                              const BwdSteps& st, int n_block, bool defer) {
+                                              const BwdSteps& st, int n_block, bool defer,
+                                              const BwdRing& ring) {
   constexpr int kM = Smem::kM, kD = Smem::kDim;
   const cuda::KernelParams& f = p.f;
   const DqOrder dq_order{Mask::kMasks};  // read only in deterministic mode
@@ -59,8 +61,9 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
   const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
-    const int buf = static_cast<int>(i % Smem::kDqBuffers);
-    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((i / Smem::kDqBuffers) & 1));
+    const int64_t g = ring.step0 + i;  // the CTA's step
+    const int buf = static_cast<int>(g % Smem::kDqBuffers);
+    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((g / Smem::kDqBuffers) & 1));
     const int64_t h = st.head(i);
     const int m = st.block(i), q0 = m * kM;
     const int64_t tile = p.dq_tiles.tile<kVarlen>(st.b, h, m);
@@ -95,7 +98,7 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
 template <class Smem, class T, class Mask>
 __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p, const BwdSeq& seq, int w,
-                                             int n_block, const BwdSteps& st) {
+                                             int n_block, const BwdSteps& st, const BwdRing& ring) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kD = Smem::kDim, kM = Smem::kM, kE = kM / 2;  // S^T's elements a thread: 64 keys x kM queries
   using Bits = std::conditional_t<(kE > 32), uint64_t, uint32_t>;
@@ -113,11 +116,12 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
-  mbarrier_wait<false>(sm.kv_full(), 0);
+  mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i % Smem::kStages);
-    const uint32_t phase = static_cast<uint32_t>((i / Smem::kStages) & 1);
+    const int64_t g = ring.step0 + i;  // the CTA's step
+    const int stage = static_cast<int>(g % Smem::kStages);
+    const uint32_t phase = static_cast<uint32_t>((g / Smem::kStages) & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
@@ -230,7 +234,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
-    const int buf = static_cast<int>(i & 1);
+    const int buf = static_cast<int>(g & 1);
     mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
     float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * 64 * 64);
 #pragma unroll
@@ -240,6 +244,8 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.dq_full(buf));
   }
 
+  // Every GEMM has read K and V: a persistent CTA's loader may bring the next tile's.
+  if (ring.more) mbarrier_arrive(sm.kv_empty());
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
   T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh + seq.k_start * p.dk_sl;
   T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl;
@@ -254,15 +260,65 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   }
 }
 
+// A CTA's tile: its key block, sequence, mask band and steps, from its position in launch order
+// (linear: batch, KV head, then key blocks in the order of bwd_order.h).
+struct BwdTile {
+  int n_block;
+  BwdSteps st;
+  BwdSeq seq;
+  TileBand band;
+};
+template <class Smem, class Mask, bool kVarlen>
+__device__ __forceinline__ BwdTile bwd_tile(const BwdParams& p, int64_t linear) {
+  const cuda::KernelParams& f = p.f;
+  const DqOrder order{Mask::kMasks && p.dq_order != nullptr};  // launch order (bwd_order.h)
+  BwdTile t;
+  t.n_block = order.key_block(static_cast<int>(linear % p.n_blocks), static_cast<int>(p.n_blocks));
+  t.st.hk = (linear / p.n_blocks) % p.heads_kv;
+  t.st.b = linear / p.n_blocks / p.heads_kv;
+  t.st.group = f.group;
+  t.seq = bwd_seq<kVarlen>(f, t.st.b);
+  t.band = tile_band<Mask>(t.seq.len_q, t.seq.len_k, f.window_left, f.window_right);
+  bwd_query_blocks(t.band, t.n_block, t.seq.len_q, Smem::kM, Smem::kN, &t.st.m_begin, &t.st.m_count);
+  t.st.count = int64_t{t.st.m_count} * f.group;
+  return t;
+}
+
+// Runs body(tile, ring) on the CTA's tiles: its own, or with kPersistent (gridDim.x CTAs, one an
+// SM) every gridDim.x-th from blockIdx.x on, each role of the CTA walking them in the same order.
+template <bool kPersistent, class Smem, class Mask, class Body>
+__device__ __forceinline__ void bwd_each_tile(const BwdParams& p, const BwdTile& first, Body&& body) {
+  if constexpr (!kPersistent) {
+    body(first, BwdRing{});
+  } else {
+    const int64_t total = p.n_blocks * p.heads_kv * p.batch;
+    BwdRing ring;
+    BwdTile t = first;
+    for (int64_t linear = blockIdx.x;; linear += gridDim.x) {
+      ring.more = linear + gridDim.x < total;
+      body(t, ring);
+      if (!ring.more) break;
+      ring.step0 += t.st.count;
+      ++ring.tile;
+      t = bwd_tile<Smem, Mask, false>(p, linear + gridDim.x);
+    }
+  }
+}
+
 // kVarlen: the batch's sequences differ (cu_seqlens, seqused: bwd_seq); CTAs past a sequence's
-// keys end at once.
-template <int kD, class T, class Mask, bool kVarlen>
+// keys end at once. kPersistent (a tuning variant: dense batches at D = 64 and 128): one CTA an
+// SM walks tiles (bwd_each_tile), the next tile's K and V loaded once the consumers are done with
+// the last's (kv_empty), while they write its dK and dV; its Q / dO stages and dQ buffers carry
+// on from the last's. Its deterministic mode waits on CTAs that may not be resident when the GPU
+// is shared, so it runs only where the kernel has the GPU to itself.
+template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD>;
+  static_assert(!kPersistent || (!kVarlen && kD != 256), "persistent CTAs: dense batches at D = 64 and 128");
   // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
   // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's
   // wgmmas are serialized at 232, D = 64's consumers spill).
@@ -270,20 +326,8 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   constexpr int kProducerRegs = kWideLoader ? 40 : 24, kConsumerRegs = kWideLoader ? 232 : 240;
   extern __shared__ uint8_t smem_raw[];
   const Smem sm{align_smem_1024(smem_raw)};
-  const cuda::KernelParams& f = p.f;
-  const int64_t linear = blockIdx.x;
-  const DqOrder order{Mask::kMasks && p.dq_order != nullptr};  // launch order (bwd_order.h)
-  const int n_block = order.key_block(static_cast<int>(linear % p.n_blocks), static_cast<int>(p.n_blocks));
-  BwdSteps st{};
-  st.hk = (linear / p.n_blocks) % p.heads_kv;
-  st.b = linear / p.n_blocks / p.heads_kv;
-  st.group = f.group;
-  const BwdSeq seq = bwd_seq<kVarlen>(f, st.b);
-  if (n_block * Smem::kN >= seq.len_k) return;  // past this sequence's keys: nothing to write
-  const int len_q = seq.len_q;
-  const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
-  bwd_query_blocks(band, n_block, len_q, Smem::kM, Smem::kN, &st.m_begin, &st.m_count);
-  st.count = int64_t{st.m_count} * f.group;
+  const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, blockIdx.x);
+  if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.kv_full(), 1);
@@ -295,31 +339,40 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       mbarrier_init(sm.qdo_landed(s), 1);
     }
     mbarrier_init(sm.kv_landed(), 1);
+    if constexpr (kPersistent) mbarrier_init(sm.kv_empty(), 2 * kWarpgroupThreads);
     fence_barrier_init();
   }
   __syncthreads();
   const int wg = warpgroup_index();
+  const auto each_tile = [&](auto&& body) { bwd_each_tile<kPersistent, Smem, Mask>(p, first, body); };
   if (wg == 2) {  // the producer: registers back, then its first warp loads and a lane of its second adds dQ
     warpgroup_reg_dealloc<kProducerRegs>();
     const int warp = static_cast<int>(threadIdx.x / 32) % 4, lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
-      bwd_loader(sm, p, seq, st, n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do);
+      each_tile([&](const BwdTile& t, const BwdRing& ring) {
+        bwd_loader(sm, p, t.seq, t.st, t.n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do, ring);
+      });
     } else if (warp == 1 && lane == 0) {
-      // Deferred raises when the next key block in the order (n - 1) starts on an earlier query
-      // block, so it reaches each block later than this one (bwd_order.h).
-      int prev_begin = 0, prev_count = 0;
-      if (n_block > 0)
-        bwd_query_blocks(band, n_block - 1, len_q, Smem::kM, Smem::kN, &prev_begin, &prev_count);
-      bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, seq, st, n_block,
-                                         order.deferred(n_block, st.m_begin, prev_begin));
+      const DqOrder order{Mask::kMasks && p.dq_order != nullptr};
+      each_tile([&](const BwdTile& t, const BwdRing& ring) {
+        // Deferred raises when the next key block in the order (n - 1) starts on an earlier
+        // query block, so it reaches each block later than this one (bwd_order.h).
+        int prev_begin = 0, prev_count = 0;
+        if (t.n_block > 0)
+          bwd_query_blocks(t.band, t.n_block - 1, t.seq.len_q, Smem::kM, Smem::kN, &prev_begin, &prev_count);
+        bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, t.seq, t.st, t.n_block,
+                                           order.deferred(t.n_block, t.st.m_begin, prev_begin), ring);
+      });
     }
     return;
   }
   warpgroup_reg_alloc<kConsumerRegs>();
-  if constexpr (kD == 256)
-    bwd_pair_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
-  else
-    bwd_consumer<Smem, T, Mask>(sm, p, seq, wg, n_block, st);
+  each_tile([&](const BwdTile& t, const BwdRing& ring) {
+    if constexpr (kD == 256)
+      bwd_pair_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st);
+    else
+      bwd_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
+  });
 #endif
 }
 

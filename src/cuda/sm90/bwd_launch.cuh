@@ -5,11 +5,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/params.h"
 #include "cuda/check.h"
 #include "cuda/common/launch.cuh"
+#include "cuda/cuda_api.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -17,7 +19,8 @@
 namespace tileattn::detail::sm90 {
 
 // kVarlen: cu_seqlens or seqused (a packed tensor's map is one batch entry of all its rows).
-template <int kD, class T, class Mask, bool kVarlen>
+// kPersistent: one CTA an SM walking the tiles (a tuning variant, bwd_kernel.cuh).
+template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
 void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const AttnParams& p = b.fwd;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -32,9 +35,11 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
   constexpr int kSmem = BwdSmem<kD>::kBytes;
-  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen>>(kSmem, p.device_index);
-  const auto ctas = static_cast<unsigned>(kp.n_blocks * kp.heads_kv * kp.batch);
-  attention_bwd_sm90<kD, T, Mask, kVarlen>
+  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent>>(kSmem, p.device_index);
+  int64_t tiles = kp.n_blocks * kp.heads_kv * kp.batch;
+  if (kPersistent) tiles = std::min<int64_t>(tiles, cuda::device_info(p.device_index).sm_count);
+  const auto ctas = static_cast<unsigned>(tiles);
+  attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent>
       <<<dim3(ctas), 3 * kWarpgroupThreads, kSmem, static_cast<cudaStream_t>(p.cuda_stream)>>>(
           tm_q, tm_k, tm_v, tm_do, kp);
   TILEATTN_CUDA_CHECK_LAUNCH();

@@ -33,12 +33,13 @@ __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int rows, int from
 // A block that runs past a ragged sequence (BwdSeq) lands on its "landed" barrier instead; the
 // warp waits for it, zeroes the rows past the sequence and arrives in the bytes' place (lane 0).
 // K's rows past the keys matter (dQ = dS K multiplies them by 0), V's do not (dP^T's rows there
-// are masked). Q's and dO's matter to dK and dV alike.
+// are masked). Q's and dO's matter to dK and dV alike. A persistent CTA's later tiles (ring:
+// dense batches only, so no ragged blocks) wait for the consumers to hand K and V back first.
 template <class Smem>
 __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
                                            const BwdSteps& st, int k0, const CUtensorMap* tm_q,
                                            const CUtensorMap* tm_k, const CUtensorMap* tm_v,
-                                           const CUtensorMap* tm_do) {
+                                           const CUtensorMap* tm_do, const BwdRing& ring) {
   constexpr int kChunks = Smem::kDim / 64;
   const int lane = threadIdx.x % 32;
   constexpr int kN = Smem::kN;
@@ -46,6 +47,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
   if (lane == 0) {
     tma_prefetch_descriptor(tm_q);
     tma_prefetch_descriptor(tm_do);
+    if (ring.tile > 0) mbarrier_wait(sm.kv_empty(), (ring.tile - 1) & 1);
     uint64_t* const bar = ragged_k ? sm.kv_landed() : sm.kv_full();
     mbarrier_arrive_expect_tx(bar, 2 * Smem::kKBytes);
     for (int c = 0; c < kChunks; ++c) {
@@ -64,7 +66,8 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
   };
   uint32_t landed_phase = 0;  // bit s: the parity of stage s's next "landed" wait
   for (int64_t i = 0; i < st.count; ++i) {
-    const int stage = static_cast<int>(i % Smem::kStages);
+    const int64_t g = ring.step0 + i;  // the CTA's step
+    const int stage = static_cast<int>(g % Smem::kStages);
     const int64_t h = st.head(i);
     const int32_t q0 = st.block(i) * Smem::kM;
     const bool ragged = seq.ragged_q && q0 + Smem::kM > seq.len_q;
@@ -78,7 +81,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
       dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
     }
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((i / Smem::kStages) & 1) ^ 1));
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((g / Smem::kStages) & 1) ^ 1));
     uint64_t* const bar = ragged ? sm.qdo_landed(stage) : sm.qdo_full(stage);
     if (lane == 0) {
       mbarrier_arrive_expect_tx(bar, 2 * Smem::kQBytes);

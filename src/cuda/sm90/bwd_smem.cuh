@@ -57,6 +57,8 @@ struct BwdSmem {
   __device__ uint64_t* dq_empty(int s) const { return barriers() + 7 + s; }
   __device__ uint64_t* kv_landed() const { return barriers() + 9; }
   __device__ uint64_t* qdo_landed(int s) const { return barriers() + 10 + s; }
+  // Persistent CTAs: K and V read by every consumer, so the next tile's may be loaded.
+  __device__ uint64_t* kv_empty() const { return barriers() + 12; }
 };
 static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024 &&
                   BwdSmem<256>::kBytes <= 227 * 1024,
@@ -95,6 +97,16 @@ __device__ __forceinline__ BwdSeq bwd_seq(const cuda::KernelParams& f, int64_t b
                   f.seqs.ragged_k()};
   }
 }
+
+// Where a tile sits in its CTA's rings (persistent CTAs, bwd_kernel.cuh): the steps of the CTA's
+// earlier tiles (the Q / dO stages and dQ buffers count on across tiles), how many tiles came
+// before (K and V's phase) and whether another follows (the consumers then hand K and V back).
+// A CTA of one tile: all zero.
+struct BwdRing {
+  int64_t step0 = 0;
+  uint32_t tile = 0;
+  bool more = false;
+};
 
 // A CTA's steps: step i is query head hk group + i / m_count and query block m_begin + i %
 // m_count (every query head of the KV head's group, every query block that sees the keys).
