@@ -91,7 +91,9 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
     else if (order)
       release_turn(order);
   }
-  bulk_wait_all();  // the last addition complete (its writes performed)
+  // The last addition complete (its writes performed), before the CTA ends or, in deterministic
+  // mode, raises its turn; a persistent CTA's next tile needs neither.
+  if (p.dq_order != nullptr || !ring.more) bulk_wait_all();
   if (raise) release_turn(raise);
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <numeric>
 #include <type_traits>
 
 #include "common/params.h"
@@ -18,8 +19,19 @@
 
 namespace tileattn::detail::sm90 {
 
+// The persistent variant's grid: at most one CTA an SM, and a count coprime with the key blocks
+// (CTA c walks tiles c, c + G, ..., batch and head major: with G a multiple of n_blocks every CTA
+// would keep one key block position, and a causal mask's positions differ in length).
+inline int64_t bwd_persistent_ctas(int64_t tiles, int64_t n_blocks, int sm_count) {
+  int64_t g = std::min<int64_t>(tiles, sm_count);
+  while (g > 1 && std::gcd(g, n_blocks) != 1) --g;
+  return std::max<int64_t>(g, 1);
+}
+
 // kVarlen: cu_seqlens or seqused (a packed tensor's map is one batch entry of all its rows).
-// kPersistent: one CTA an SM walking the tiles (a tuning variant, bwd_kernel.cuh).
+// kPersistent: one CTA an SM walking the tiles (a tuning variant, bwd_kernel.cuh), launched
+// cooperatively: every CTA resident at once, which deterministic mode's waits on other CTAs'
+// tiles need (the launch fails rather than run part of the grid).
 template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
 void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const AttnParams& p = b.fwd;
@@ -35,14 +47,28 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
   const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
   constexpr int kSmem = BwdSmem<kD>::kBytes;
+  auto* const kernel = &attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent>;
   cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent>>(kSmem, p.device_index);
-  int64_t tiles = kp.n_blocks * kp.heads_kv * kp.batch;
-  if (kPersistent) tiles = std::min<int64_t>(tiles, cuda::device_info(p.device_index).sm_count);
-  const auto ctas = static_cast<unsigned>(tiles);
-  attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent>
-      <<<dim3(ctas), 3 * kWarpgroupThreads, kSmem, static_cast<cudaStream_t>(p.cuda_stream)>>>(
-          tm_q, tm_k, tm_v, tm_do, kp);
-  TILEATTN_CUDA_CHECK_LAUNCH();
+  const int64_t tiles = kp.n_blocks * kp.heads_kv * kp.batch;
+  const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  if constexpr (!kPersistent) {
+    kernel<<<dim3(static_cast<unsigned>(tiles)), 3 * kWarpgroupThreads, kSmem, stream>>>(tm_q, tm_k, tm_v,
+                                                                                         tm_do, kp);
+    TILEATTN_CUDA_CHECK_LAUNCH();
+  } else {
+    const int64_t ctas = bwd_persistent_ctas(tiles, kp.n_blocks, cuda::device_info(p.device_index).sm_count);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(3 * kWarpgroupThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    config.attrs = &cooperative;
+    config.numAttrs = 1;
+    TILEATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, tm_q, tm_k, tm_v, tm_do, kp));
+  }
 }
 
 }  // namespace tileattn::detail::sm90

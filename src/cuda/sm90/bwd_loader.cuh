@@ -34,7 +34,8 @@ __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int rows, int from
 // warp waits for it, zeroes the rows past the sequence and arrives in the bytes' place (lane 0).
 // K's rows past the keys matter (dQ = dS K multiplies them by 0), V's do not (dP^T's rows there
 // are masked). Q's and dO's matter to dK and dV alike. A persistent CTA's later tiles (ring:
-// dense batches only, so no ragged blocks) wait for the consumers to hand K and V back first.
+// dense batches only, so no ragged blocks) load K and V once the consumers have handed the last
+// tile's back, after the first step's Q and dO (whose stage frees a step earlier).
 template <class Smem>
 __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
                                            const BwdSteps& st, int k0, const CUtensorMap* tm_q,
@@ -44,9 +45,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
   const int lane = threadIdx.x % 32;
   constexpr int kN = Smem::kN;
   const bool ragged_k = seq.ragged_k && k0 + kN > seq.len_k;
-  if (lane == 0) {
-    tma_prefetch_descriptor(tm_q);
-    tma_prefetch_descriptor(tm_do);
+  const auto load_kv = [&] {  // lane 0
     if (ring.tile > 0) mbarrier_wait(sm.kv_empty(), (ring.tile - 1) & 1);
     uint64_t* const bar = ragged_k ? sm.kv_landed() : sm.kv_full();
     mbarrier_arrive_expect_tx(bar, 2 * Smem::kKBytes);
@@ -56,6 +55,11 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
       tma_load_4d(sm.v() + c * kN * 128, tm_v, bar, 64 * c, static_cast<int32_t>(st.hk), seq.k_start + k0,
                   seq.k_batch);
     }
+  };
+  if (lane == 0) {
+    tma_prefetch_descriptor(tm_q);
+    tma_prefetch_descriptor(tm_do);
+    if (ring.tile == 0) load_kv();
   }
   // After the first step's loads are on their way (or at once without steps).
   const auto ready_k = [&] {
@@ -91,6 +95,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
         tma_load_4d(sm.dout(stage) + c * Smem::kM * 128, tm_do, bar, 64 * c, static_cast<int32_t>(h),
                     seq.q_start + q0, seq.q_batch);
       }
+      if (i == 0 && ring.tile > 0) load_kv();
     }
     float* dst = sm.rows(stage);
 #pragma unroll
@@ -108,6 +113,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
     mbarrier_arrive(sm.qdo_full(stage));
     if (i == 0) ready_k();
   }
+  if (st.count == 0 && ring.tile > 0 && lane == 0) load_kv();
   if (st.count == 0) ready_k();
 }
 
