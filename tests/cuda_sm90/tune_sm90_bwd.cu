@@ -4,7 +4,7 @@
 // conversion) and each of the four parts alone, by CUDA events over 20 calls back to back after
 // 3 (no L2 flush: the parts' shares, not the harness's rates). TFLOP/s = 2.5 x 4 B H L^2 D
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
-// whole path's time outside the kernel. At D = 64 and 128 it times the persistent variant of the
+// whole path's time outside the kernel. At every head dim it times the persistent variant of the
 // kernel too (bwd_kernel.cuh: one CTA an SM walking the tiles), alone (over the library's kernel
 // timed just before it) and in the whole path, after checking its gradients against the library
 // kernel's (deterministic mode: the same bits; otherwise dk and dv the same bits, dq within
@@ -90,8 +90,10 @@ struct Path {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
         sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp);
-      else
+      else if (b.fwd.head_dim == 128)
         sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp);
+      else
+        sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp);
     });
   }
   void convert() const { sm90::dq_from_accum(b, kp); }
@@ -179,10 +181,6 @@ int main(int argc, char** argv) {
                     static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(B),
                     static_cast<long long>(H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
                     conv, tflop / kern, 100.0 * (all - kern) / all);
-        if (D == 256) {
-          std::printf(" -\n");
-          continue;
-        }
         // The library's kernel, then the persistent one, into poisoned gradients. Deterministic
         // mode: the same bits of all three. Otherwise dK and dV (each one CTA's) the same bits,
         // dQ (its additions race) within 1/256 of its largest magnitude.

@@ -308,11 +308,11 @@ __device__ __forceinline__ void bwd_each_tile(const BwdParams& p, const BwdTile&
 }
 
 // kVarlen: the batch's sequences differ (cu_seqlens, seqused: bwd_seq); CTAs past a sequence's
-// keys end at once. kPersistent (a tuning variant: dense batches at D = 64 and 128): one CTA an
-// SM walks tiles (bwd_each_tile), the next tile's K and V loaded once the consumers are done with
-// the last's (kv_empty), while they write its dK and dV; its Q / dO stages and dQ buffers carry
-// on from the last's. Its deterministic mode waits on CTAs that may not be resident when the GPU
-// is shared, so it runs only where the kernel has the GPU to itself.
+// keys end at once. kPersistent (a tuning variant, dense batches): one CTA an SM walks tiles
+// (bwd_each_tile), the next tile's K and V loaded once the consumers are done with the last's
+// (kv_empty), while they write its dK and dV; its Q / dO stages and dQ buffers carry on from the
+// last's. Deterministic mode waits on other CTAs' tiles, so it is launched cooperatively
+// (bwd_launch.cuh: every CTA resident).
 template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD>;
-  static_assert(!kPersistent || (!kVarlen && kD != 256), "persistent CTAs: dense batches at D = 64 and 128");
+  static_assert(!kPersistent || !kVarlen, "persistent CTAs: dense batches");
   // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
   // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's
   // wgmmas are serialized at 232, D = 64's consumers spill).
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   warpgroup_reg_alloc<kConsumerRegs>();
   each_tile([&](const BwdTile& t, const BwdRing& ring) {
     if constexpr (kD == 256)
-      bwd_pair_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st);
+      bwd_pair_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
     else
       bwd_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
   });

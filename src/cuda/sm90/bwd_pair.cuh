@@ -31,7 +31,8 @@ namespace tileattn::detail::sm90 {
 
 template <class Smem, class T, class Mask>
 __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
-                                                  int w, int n_block, const BwdSteps& st) {
+                                                  int w, int n_block, const BwdSteps& st,
+                                                  const BwdRing& ring) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kD = Smem::kDim, kM = Smem::kM, kN = Smem::kN, kE = kM / 2;
   static_assert(kD == 256 && kN == 64 && kM == 64 && Smem::kStages == 1 && Smem::kDqBuffers == 1,
@@ -48,10 +49,11 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
   float acc[kD / 2];  // dV (warpgroup 0) or dK (warpgroup 1): 64 keys x 256
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) acc[i] = 0.0f;
-  mbarrier_wait<false>(sm.kv_full(), 0);
+  mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    const uint32_t phase = static_cast<uint32_t>(i & 1);
+    const int64_t g = ring.step0 + i;  // the CTA's step (persistent CTAs: bwd_kernel.cuh)
+    const uint32_t phase = static_cast<uint32_t>(g & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(0), phase);
     const float* lse2 = sm.rows(0);
@@ -114,7 +116,7 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
       }
       uint32_t fs[kM / 16][4];
       pack_frag<T>(fs, x);
-      if (i > 0) named_sync(2, kBoth);  // warpgroup 0's last dQ GEMMs have read dS
+      if (g > 0) named_sync(2, kBoth);  // warpgroup 0's last dQ GEMMs have read dS
       const uint32_t ds_base = smem_addr(sm.ds());
 #pragma unroll
       for (int m = 0; m < kM / 16; ++m)
@@ -155,11 +157,17 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
         out[g * kWarpgroupThreads + tid] =
             make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
     }
-    if (w == 0 && i + 1 < st.count) named_arrive(2, kBoth);  // this step's dQ GEMMs have read dS
+    if (w == 0 && (i + 1 < st.count || ring.more))
+      named_arrive(2, kBoth);  // this step's dQ GEMMs have read dS
     fence_proxy_async();
     mbarrier_arrive(sm.dq_full(0));
   }
 
+  // Persistent CTAs: K and V read by every GEMM, so the next tile's may load; and barrier 2
+  // completes as often as it is waited on (warpgroup 0 arrived after the last step because a
+  // tile followed, and none of those had steps).
+  if (ring.more) mbarrier_arrive(sm.kv_empty());
+  if (w == 1 && !ring.more && st.count == 0 && ring.step0 > 0) named_sync(2, kBoth);
   // dV (warpgroup 0) or dK times the scale (warpgroup 1), 2 elements a store, keys past the
   // sequence not written.
   T* const out = w == 0 ? static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl
