@@ -29,7 +29,10 @@ double grad_error(const HostTensor& x, const HostTensor& ref, int64_t* mismatche
   return err;
 }
 
-// Gradients' atol: a few roundings of the largest gradient in the dtype.
+// Gradients' atol: a rounding of the largest gradient in the dtype, and at least of 1 (the inputs'
+// scale): dS = P (dP - dsum) cancels terms of the inputs' size, so a gradient that is zero in
+// exact arithmetic (one key: dQ = dK = 0) comes out at a rounding of them, not of itself (fp32,
+// Lk = 1: ~1e-7 where eager's happens to be exactly 0).
 double grad_atol(DType dtype, double scale) {
   const double eps = dtype == DType::kFloat32   ? 1e-6
                      : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
