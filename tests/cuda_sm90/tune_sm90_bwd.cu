@@ -6,10 +6,10 @@
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
 // whole path's time outside the kernel. At every head dim it times the persistent variant of the
 // kernel too (bwd_kernel.cuh: one CTA an SM walking the tiles), alone (over the library's kernel
-// timed just before it) and in the whole path, after checking its gradients against the library
-// kernel's (deterministic mode: the same bits; otherwise dk and dv the same bits, dq within
-// 1/256 of its largest magnitude); a mismatch fails the run. Inputs: a hash fill, out and lse
-// from the forward.
+// timed just before it) and in the whole path. Its gradients are checked first against the
+// library kernel's, poisoned before each run (persistent_agrees), on these shapes and on windows
+// with Lq != Lk over small grids (tiles without steps); a mismatch fails the run. Inputs: a
+// hash fill, out and lse from the library's forward.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -40,6 +40,7 @@ using namespace tileattn::detail;
   } while (0)
 
 constexpr int64_t kTokens = 16384, kHidden = 2048;
+constexpr int64_t kElems = kTokens * kHidden;  // each buffer's elements
 
 struct Buffers {
   void *q, *k, *v, *dout, *out, *dq, *dk, *dv;
@@ -47,36 +48,45 @@ struct Buffers {
   int* order;  // deterministic mode's counters
 };
 
+// A problem: [B, L, H, D] tensors, H heads of q and of k / v, a window (-1: unbounded).
+struct Shape {
+  int64_t B, Lq, Lk, H, D, left = -1, right = -1;
+  int64_t q_elems() const { return B * Lq * H * D; }
+  int64_t k_elems() const { return B * Lk * H * D; }
+};
+
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
-// cuda/backward.cc), with the library's kernel or the persistent one.
+// cuda/backward.cc), with the library's kernel or the persistent one (over `ctas` CTAs: 0, the
+// launch's choice).
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
   sm90::BwdParams kp;
-  int64_t accum_floats = 0, tiles = 0;
+  int64_t accum_floats = 0, tiles = 0, ctas = 0;
   bool persistent = false;
 
-  Path(const Buffers& m, int64_t B, int64_t L, int64_t D, bool causal, bool deterministic) {
+  Path(const Buffers& m, const Shape& sh, bool deterministic) {
     AttnParams& p = b.fwd;
-    const int64_t H = kHidden / D;
     p.q = m.q, p.k = m.k, p.v = m.v, p.out = m.out, p.lse = m.lse;
     p.dtype = p.out_dtype = DType::kBFloat16;
-    p.batch = B, p.seqlen_q = p.seqlen_k = L, p.heads_q = p.heads_kv = H, p.head_dim = D;
-    const Strides4 st{L * H * D, H * D, D, 1};
-    p.q_stride = p.k_stride = p.v_stride = p.out_stride = st;
-    p.lse_stride = Strides3{H * L, L, 1};
-    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    p.window_left = -1, p.window_right = causal ? 0 : -1;
-    p.seqs.max_q = p.seqs.max_k = L;
+    p.batch = sh.B, p.seqlen_q = sh.Lq, p.seqlen_k = sh.Lk, p.heads_q = p.heads_kv = sh.H, p.head_dim = sh.D;
+    const Strides4 sq{sh.Lq * sh.H * sh.D, sh.H * sh.D, sh.D, 1},
+        sk{sh.Lk * sh.H * sh.D, sh.H * sh.D, sh.D, 1};
+    p.q_stride = p.out_stride = sq;
+    p.k_stride = p.v_stride = sk;
+    p.lse_stride = Strides3{sh.H * sh.Lq, sh.Lq, 1};
+    p.scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+    p.window_left = sh.left, p.window_right = sh.right;
+    p.seqs.max_q = sh.Lq, p.seqs.max_k = sh.Lk;
     b.dout = m.dout, b.dq = m.dq, b.dk = m.dk, b.dv = m.dv;
-    b.dout_stride = b.dq_stride = b.dk_stride = b.dv_stride = st;
+    b.dout_stride = b.dq_stride = sq;
+    b.dk_stride = b.dv_stride = sk;
     b.grad_dtype = DType::kBFloat16;
-    const int64_t rows = B * H * L;
-    k = sm80::make_bwd_params(b, m.rows, m.rows + rows);
+    k = sm80::make_bwd_params(b, m.rows, m.rows + sh.B * sh.H * sh.Lq);
     kp = sm90::bwd_params(b, k);
     kp.dq_accum = m.accum;
     tiles = p.heads_q * kp.dq_tiles.head_blocks;
-    accum_floats = tiles * kp.dq_tiles.block_m * D;
+    accum_floats = tiles * kp.dq_tiles.block_m * sh.D;
     kp.dq_order = deterministic ? m.order : nullptr;
   }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
@@ -89,11 +99,11 @@ struct Path {
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
-        sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp);
+        sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else if (b.fwd.head_dim == 128)
-        sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp);
+        sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else
-        sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp);
+        sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
     });
   }
   void convert() const { sm90::dq_from_accum(b, kp); }
@@ -110,6 +120,54 @@ float bf16_value(uint16_t x) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// out and lse of sh by the library's forward, into the buffers the paths read.
+void forward_of(const Buffers& m, const Shape& sh) {
+  const auto ref = [&](void* data, int64_t L) {
+    return TensorRef::contiguous(data, DType::kBFloat16, {sh.B, L, sh.H, sh.D}, Device::cuda());
+  };
+  const TensorRef lse = TensorRef::contiguous(m.lse, DType::kFloat32, {sh.B, sh.H, sh.Lq}, Device::cuda());
+  Options options;
+  options.window_left = sh.left, options.window_right = sh.right;
+  forward(ref(m.q, sh.Lq), ref(m.k, sh.Lk), ref(m.v, sh.Lk), ref(m.out, sh.Lq), &lse, options);
+}
+
+// dq, dk, dv of one run of `run` into `out` (their elements in turn), the gradients poisoned first.
+void gradients(const Buffers& m, const Shape& sh, const Path& run, std::vector<uint16_t>* out) {
+  const int64_t nq = sh.q_elems(), nk = sh.k_elems();
+  for (void* g : {m.dq, m.dk, m.dv}) CHECK(cudaMemset(g, 0xFF, std::max(nq, nk) * 2));
+  run.all();
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(out->data(), m.dq, nq * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(out->data() + nq, m.dk, nk * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(out->data() + nq + nk, m.dv, nk * 2, cudaMemcpyDeviceToHost));
+}
+
+// Whether the persistent kernel (over ctas CTAs) gives the library kernel's gradients for sh:
+// in deterministic mode the same bits of all three; otherwise dK and dV (each one CTA's) the same
+// bits, dQ (its additions race) within a bf16 step of its largest magnitude.
+bool persistent_agrees(const Buffers& m, const Shape& sh, int64_t ctas, std::vector<uint16_t>* a,
+                       std::vector<uint16_t>* b) {
+  const int64_t nq = sh.q_elems(), n = nq + 2 * sh.k_elems();
+  bool ok = true;
+  for (bool deterministic : {true, false}) {
+    Path path(m, sh, deterministic);
+    path.ctas = ctas;
+    gradients(m, sh, path, a);
+    path.persistent = true;
+    gradients(m, sh, path, b);
+    const int64_t from = deterministic ? 0 : nq;
+    ok &= std::equal(a->begin() + from, a->begin() + n, b->begin() + from);
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < nq; ++i) {
+      largest = std::max(largest, std::abs(double{bf16_value((*a)[i])}));
+      const double d = std::abs(double{bf16_value((*a)[i])} - bf16_value((*b)[i]));
+      worst = std::isnan(d) ? d : std::max(worst, d);
+    }
+    ok &= worst <= largest / 128;  // NaN fails
+  }
+  return ok;
 }
 
 template <class F>
@@ -143,75 +201,66 @@ int main(int argc, char** argv) {
       std::printf("failed: L = %lld (128 to 16384, dividing 16384)\n", static_cast<long long>(L));
       return 1;
     }
-  const int64_t n = kTokens * kHidden;  // elements of each [B, L, H, D] buffer
   Buffers m{};
-  for (void** ptr : {&m.q, &m.k, &m.v, &m.dout, &m.out, &m.dq, &m.dk, &m.dv}) CHECK(cudaMalloc(ptr, n * 2));
-  CHECK(cudaMalloc(&m.lse, n / 64 * 4));  // B x H x L floats at D >= 64
-  CHECK(cudaMalloc(&m.rows, 2 * n / 64 * 4));
-  CHECK(cudaMalloc(&m.accum, 2 * n * 4));  // dQ's tiles, with room for the padding of the last
-  cuda_test::fill_hash_bf16(m.q, n, 1);
-  cuda_test::fill_hash_bf16(m.k, n, 2);
-  cuda_test::fill_hash_bf16(m.v, n, 3);
-  cuda_test::fill_hash_bf16(m.dout, n, 4);
-  CHECK(cudaMalloc(&m.order, n / 64 / 64 * sizeof(int)));  // a counter a dQ tile (>= 64 rows)
-  std::vector<uint16_t> first(3 * n), again(3 * n);        // dq, dk, dv of two runs
+  for (void** ptr : {&m.q, &m.k, &m.v, &m.dout, &m.out, &m.dq, &m.dk, &m.dv})
+    CHECK(cudaMalloc(ptr, kElems * 2));
+  CHECK(cudaMalloc(&m.lse, kElems / 64 * 4));  // B x H x L floats at D >= 64
+  CHECK(cudaMalloc(&m.rows, 2 * kElems / 64 * 4));
+  CHECK(cudaMalloc(&m.accum, 2 * kElems * 4));  // dQ's tiles, with room for the padding of the last
+  CHECK(cudaMalloc(&m.order, kElems / 64 / 64 * sizeof(int)));  // a counter a dQ tile (>= 64 rows)
+  cuda_test::fill_hash_bf16(m.q, kElems, 1);
+  cuda_test::fill_hash_bf16(m.k, kElems, 2);
+  cuda_test::fill_hash_bf16(m.v, kElems, 3);
+  cuda_test::fill_hash_bf16(m.dout, kElems, 4);
+  std::vector<uint16_t> first(3 * kElems), again(3 * kElems);  // dq, dk, dv of two runs
   bool failed = false;
+
+  // The persistent walk where tiles have no steps (windows, Lq != Lk), at its first, middle or
+  // last tiles, over small grids and the launch's own.
+  const Shape checks[] = {{2, 256, 2048, 2, 0, 128, 0},
+                          {1, 200, 1000, 3, 0, 100, 30},
+                          {2, 1024, 1024, 2, 0, 64, 64},
+                          {1, 2048, 256, 2, 0, 64, 0},
+                          {2, 512, 512, 2, 0, -1, 0}};
+  for (int64_t D : {64, 128, 256})
+    for (Shape sh : checks) {
+      sh.D = D;
+      forward_of(m, sh);
+      for (int64_t ctas : {1, 2, 3, 7, 13, 0}) {
+        const bool ok = persistent_agrees(m, sh, ctas, &first, &again);
+        failed |= !ok;
+        if (!ok)
+          std::printf(
+              "FAILED: persistent at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
+              static_cast<long long>(D), static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
+              static_cast<long long>(sh.Lk), static_cast<long long>(sh.H), static_cast<long long>(sh.left),
+              static_cast<long long>(sh.right), static_cast<long long>(ctas));
+      }
+    }
+  std::printf("persistent walk against the library's kernel, windows and small grids: %s\n",
+              failed ? "FAILED" : "the same gradients");
+
   std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
               "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed",
-              "persistent: all ms, kernel ms, kernel TFLOP/s, over the library's kernel, same bits");
+              "persistent: all ms, kernel ms, kernel TFLOP/s, over the library's kernel, agrees");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
-        const int64_t B = kTokens / L, H = kHidden / D;
-        const auto ref = [&](void* data) {
-          return TensorRef::contiguous(data, DType::kBFloat16, {B, L, H, D}, Device::cuda());
-        };
-        const TensorRef lse = TensorRef::contiguous(m.lse, DType::kFloat32, {B, H, L}, Device::cuda());
-        Options options;
-        options.causal = causal;
-        forward(ref(m.q), ref(m.k), ref(m.v), ref(m.out), &lse, options);
-        Path path(m, B, L, D, causal, false);
+        const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, causal ? 0 : -1};
+        forward_of(m, sh);
+        Path path(m, sh, false);
         const float all = time_ms([&] { path.all(); });
         const float pre = time_ms([&] { path.preprocess(); });
         const float zero = time_ms([&] { path.zero(); });
         const float kern = time_ms([&] { path.kernel(); });
         const float conv = time_ms([&] { path.convert(); });
-        const double tflop = 2.5 * 4.0 * B * H * L * L * D / (causal ? 2 : 1) / 1e9;
+        const double tflop = 2.5 * 4.0 * sh.B * sh.H * L * L * D / (causal ? 2 : 1) / 1e9;
         std::printf("%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%% |",
-                    static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(B),
-                    static_cast<long long>(H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
+                    static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
+                    static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
                     conv, tflop / kern, 100.0 * (all - kern) / all);
-        // The library's kernel, then the persistent one, into poisoned gradients. Deterministic
-        // mode: the same bits of all three. Otherwise dK and dV (each one CTA's) the same bits,
-        // dQ (its additions race) within 1/256 of its largest magnitude.
-        const auto grads = [&](const Path& run, std::vector<uint16_t>* out) {
-          for (void* g : {m.dq, m.dk, m.dv}) CHECK(cudaMemset(g, 0xFF, n * 2));
-          run.all();
-          CHECK(cudaDeviceSynchronize());
-          int i = 0;
-          for (void* g : {m.dq, m.dk, m.dv})
-            CHECK(cudaMemcpy(out->data() + n * i++, g, n * 2, cudaMemcpyDeviceToHost));
-        };
-        const auto same_bits = [&](int from, int to) {
-          return std::equal(first.begin() + n * from, first.begin() + n * to, again.begin() + n * from);
-        };
-        Path det(m, B, L, D, causal, true);
-        grads(det, &first);
-        det.persistent = true;
-        grads(det, &again);
-        const bool det_same = same_bits(0, 3);
-        grads(path, &first);
-        path.persistent = true;
-        grads(path, &again);
-        double worst = 0, largest = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          largest = std::max(largest, std::abs(double{bf16_value(first[i])}));
-          const double d = std::abs(double{bf16_value(first[i])} - bf16_value(again[i]));
-          worst = std::isnan(d) ? d : std::max(worst, d);
-        }
-        const bool ok = det_same && same_bits(1, 3) && worst <= largest / 256;
+        const bool ok = persistent_agrees(m, sh, 0, &first, &again);
         failed |= !ok;
-        path.persistent = false;
         const float kern_lib = time_ms([&] { path.kernel(); });  // beside the persistent kernel's
         path.persistent = true;
         const float kern_p = time_ms([&] { path.kernel(); });

@@ -61,9 +61,9 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
   const TileBand band = tile_band<Mask>(len_q, seq.len_k, f.window_left, f.window_right);
   int* raise = nullptr;  // deferred: the counter to raise at the next addition
   for (int64_t i = 0; i < st.count; ++i) {
-    const int64_t g = ring.step0 + i;  // the CTA's step
-    const int buf = static_cast<int>(g % Smem::kDqBuffers);
-    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((g / Smem::kDqBuffers) & 1));
+    const int64_t step = ring.step0 + i;  // the CTA's step
+    const int buf = static_cast<int>(step % Smem::kDqBuffers);
+    mbarrier_wait(sm.dq_full(buf), static_cast<uint32_t>((step / Smem::kDqBuffers) & 1));
     const int64_t h = st.head(i);
     const int m = st.block(i), q0 = m * kM;
     const int64_t tile = p.dq_tiles.tile<kVarlen>(st.b, h, m);
@@ -121,9 +121,9 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    const int64_t g = ring.step0 + i;  // the CTA's step
-    const int stage = static_cast<int>(g % Smem::kStages);
-    const uint32_t phase = static_cast<uint32_t>((g / Smem::kStages) & 1);
+    const int64_t step = ring.step0 + i;  // the CTA's step
+    const int stage = static_cast<int>(step % Smem::kStages);
+    const uint32_t phase = static_cast<uint32_t>((step / Smem::kStages) & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
     const float* lse2 = sm.rows(stage);
@@ -236,7 +236,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
-    const int buf = static_cast<int>(g & 1);
+    const int buf = static_cast<int>(step & 1);
     mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
     float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * 64 * 64);
 #pragma unroll

@@ -19,21 +19,24 @@
 
 namespace tileattn::detail::sm90 {
 
-// The persistent variant's grid: at most one CTA an SM, and a count coprime with the key blocks
-// (CTA c walks tiles c, c + G, ..., batch and head major: with G a multiple of n_blocks every CTA
-// would keep one key block position, and a causal mask's positions differ in length).
-inline int64_t bwd_persistent_ctas(int64_t tiles, int64_t n_blocks, int sm_count) {
-  int64_t g = std::min<int64_t>(tiles, sm_count);
+// The persistent variant's grid: a CTA a tile up to one an SM; beyond, under a mask (banded), a
+// count coprime with the key blocks (CTA c walks tiles c, c + G, ..., batch and head major: with
+// G a multiple of n_blocks every CTA would keep one key block position, and a mask's positions
+// differ in length).
+inline int64_t bwd_persistent_ctas(int64_t tiles, int64_t n_blocks, int sm_count, bool banded) {
+  if (tiles <= sm_count || !banded) return std::min<int64_t>(tiles, sm_count);
+  int64_t g = sm_count;
   while (g > 1 && std::gcd(g, n_blocks) != 1) --g;
-  return std::max<int64_t>(g, 1);
+  return g;
 }
 
 // kVarlen: cu_seqlens or seqused (a packed tensor's map is one batch entry of all its rows).
 // kPersistent: one CTA an SM walking the tiles (a tuning variant, bwd_kernel.cuh), launched
 // cooperatively: every CTA resident at once, which deterministic mode's waits on other CTAs'
-// tiles need (the launch fails rather than run part of the grid).
+// tiles need (the launch fails rather than run part of the grid). persistent_ctas > 0 sets its
+// grid (clamped to the tiles and the SMs; tests walk tiles over small grids).
 template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
-void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
+void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent_ctas = 0) {
   const AttnParams& p = b.fwd;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kM = BwdSmem<kD>::kM;
@@ -56,7 +59,9 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp) {
                                                                                          tm_do, kp);
     TILEATTN_CUDA_CHECK_LAUNCH();
   } else {
-    const int64_t ctas = bwd_persistent_ctas(tiles, kp.n_blocks, cuda::device_info(p.device_index).sm_count);
+    const int sms = cuda::device_info(p.device_index).sm_count;
+    const int64_t ctas = persistent_ctas > 0 ? std::min<int64_t>({persistent_ctas, tiles, sms})
+                                             : bwd_persistent_ctas(tiles, kp.n_blocks, sms, Mask::kMasks);
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(ctas));
     config.blockDim = dim3(3 * kWarpgroupThreads);

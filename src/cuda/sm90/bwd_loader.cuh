@@ -35,7 +35,8 @@ __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int rows, int from
 // K's rows past the keys matter (dQ = dS K multiplies them by 0), V's do not (dP^T's rows there
 // are masked). Q's and dO's matter to dK and dV alike. A persistent CTA's later tiles (ring:
 // dense batches only, so no ragged blocks) load K and V once the consumers have handed the last
-// tile's back, after the first step's Q and dO (whose stage frees a step earlier).
+// tile's back, after the first step's Q and dO (with two stages, theirs frees a step before the
+// last tile ends).
 template <class Smem>
 __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, const BwdSeq& seq,
                                            const BwdSteps& st, int k0, const CUtensorMap* tm_q,
@@ -70,8 +71,8 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
   };
   uint32_t landed_phase = 0;  // bit s: the parity of stage s's next "landed" wait
   for (int64_t i = 0; i < st.count; ++i) {
-    const int64_t g = ring.step0 + i;  // the CTA's step
-    const int stage = static_cast<int>(g % Smem::kStages);
+    const int64_t step = ring.step0 + i;  // the CTA's step
+    const int stage = static_cast<int>(step % Smem::kStages);
     const int64_t h = st.head(i);
     const int32_t q0 = st.block(i) * Smem::kM;
     const bool ragged = seq.ragged_q && q0 + Smem::kM > seq.len_q;
@@ -85,7 +86,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
       dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
     }
-    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((g / Smem::kStages) & 1) ^ 1));
+    mbarrier_wait(sm.qdo_empty(stage), static_cast<uint32_t>(((step / Smem::kStages) & 1) ^ 1));
     uint64_t* const bar = ragged ? sm.qdo_landed(stage) : sm.qdo_full(stage);
     if (lane == 0) {
       mbarrier_arrive_expect_tx(bar, 2 * Smem::kQBytes);

@@ -52,8 +52,8 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
   mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
 
   for (int64_t i = 0; i < st.count; ++i) {
-    const int64_t g = ring.step0 + i;  // the CTA's step (persistent CTAs: bwd_kernel.cuh)
-    const uint32_t phase = static_cast<uint32_t>(g & 1);
+    const int64_t step = ring.step0 + i;  // the CTA's step (persistent CTAs: bwd_kernel.cuh)
+    const uint32_t phase = static_cast<uint32_t>(step & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(0), phase);
     const float* lse2 = sm.rows(0);
@@ -116,7 +116,7 @@ __device__ __forceinline__ void bwd_pair_consumer(const Smem& sm, const BwdParam
       }
       uint32_t fs[kM / 16][4];
       pack_frag<T>(fs, x);
-      if (g > 0) named_sync(2, kBoth);  // warpgroup 0's last dQ GEMMs have read dS
+      if (step > 0) named_sync(2, kBoth);  // warpgroup 0's last dQ GEMMs have read dS
       const uint32_t ds_base = smem_addr(sm.ds());
 #pragma unroll
       for (int m = 0; m < kM / 16; ++m)
