@@ -3,12 +3,15 @@
 // or, when asked for, the sm90 kernel (dK, dV and fp32 dQ sums in one pass) and dQ's conversion.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/cuda_api.h"
 #include "cuda/device_guard.h"
 #include "cuda/sm80/sm80.h"
+#include "tileattn/tensor.h"
 #if defined(TILEATTN_SM90_BACKWARD)
 #include "cuda/sm90/bwd.h"
 #endif
@@ -37,22 +40,72 @@ class StreamBuffer {
 };
 
 #if defined(TILEATTN_SM90_BACKWARD)
+std::atomic<int64_t> g_sm90_dq_cap{0};  // bytes of fp32 dQ sums a launch; 0: no cap
+
+// b for KV heads [h0, h0 + n) and their query heads: every per-head pointer moved to head h0 (of
+// k, v, dk, dv) or h0 * group (of q, out, lse, dout, dq), n KV heads and n * group query heads.
+BackwardParams kv_head_group(const BackwardParams& b, int64_t h0, int64_t n) {
+  BackwardParams c = b;
+  AttnParams& p = c.fwd;
+  const int64_t group = p.heads_q / p.heads_kv, hq = h0 * group;
+  const auto size = static_cast<int64_t>(dtype_size(p.dtype));
+  const auto move = [&](const void* ptr, int64_t elems) {
+    return ptr == nullptr ? nullptr : static_cast<const char*>(ptr) + elems * size;
+  };
+  p.q = move(p.q, hq * p.q_stride.h);
+  p.k = move(p.k, h0 * p.k_stride.h);
+  p.v = move(p.v, h0 * p.v_stride.h);
+  p.out = const_cast<char*>(move(p.out, hq * p.out_stride.h));
+  if (p.lse) p.lse = static_cast<float*>(p.lse) + hq * p.lse_stride.h;
+  c.dout = move(c.dout, hq * c.dout_stride.h);
+  c.dq = const_cast<char*>(move(c.dq, hq * c.dq_stride.h));
+  c.dk = const_cast<char*>(move(c.dk, h0 * c.dk_stride.h));
+  c.dv = const_cast<char*>(move(c.dv, h0 * c.dv_stride.h));
+  p.heads_q = n * group, p.heads_kv = n;
+  return c;
+}
+
 // The sm90 backward: dq_accum (and dq_order in deterministic mode) zeroed on the stream, the
-// kernel, then dq from dq_accum.
+// kernel, then dq from dq_accum. Those fp32 sums take 4 x B x Hq x Lq x D bytes; with a cap
+// (set_sm90_backward_dq_cap) the KV heads go in groups whose sums fit it (one at the least),
+// a launch and a conversion a group, through one buffer.
 void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cudaStream_t stream) {
-  sm90::BwdParams kp = sm90::bwd_params(b, k);
-  const int64_t tiles = b.fwd.heads_q * kp.dq_tiles.head_blocks;
-  const int64_t accum = tiles * kp.dq_tiles.block_m * b.fwd.head_dim, orders = b.deterministic ? tiles : 0;
+  const AttnParams& p = b.fwd;
+  const sm90::BwdParams whole = sm90::bwd_params(b, k);
+  const int64_t group = p.heads_q / p.heads_kv, tiles_per_kv = group * whole.dq_tiles.head_blocks;
+  const int64_t floats_per_kv = tiles_per_kv * whole.dq_tiles.block_m * p.head_dim;
+  const int64_t cap = g_sm90_dq_cap.load();
+  const int64_t per_launch = cap > 0 && floats_per_kv > 0
+                                 ? std::clamp<int64_t>(cap / (4 * floats_per_kv), 1, p.heads_kv)
+                                 : p.heads_kv;
+  const int64_t accum = per_launch * floats_per_kv, orders = b.deterministic ? per_launch * tiles_per_kv : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
-  kp.dq_accum = scratch.data();
-  kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;
-  TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, (accum + orders) * sizeof(float), stream));
-  sm90::backward(b, kp);
-  sm90::dq_from_accum(b, kp);
+  for (int64_t h0 = 0; h0 < p.heads_kv; h0 += per_launch) {
+    const int64_t n = std::min(per_launch, p.heads_kv - h0);
+    const BackwardParams c = per_launch == p.heads_kv ? b : kv_head_group(b, h0, n);
+    sm80::BwdKernelParams kc = k;
+    if (per_launch != p.heads_kv) {  // the group's preprocessed rows, in the whole call's layout
+      kc = sm80::make_bwd_params(c, k.lse2 + h0 * group * k.w_sh, k.dsum + h0 * group * k.w_sh);
+      kc.w_sb = k.w_sb, kc.w_sh = k.w_sh;
+    }
+    sm90::BwdParams kp = sm90::bwd_params(c, kc);
+    kp.dq_accum = scratch.data();
+    kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;
+    TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, (accum + orders) * sizeof(float), stream));
+    sm90::backward(c, kp);
+    sm90::dq_from_accum(c, kp);
+  }
 }
 #endif
-
 }  // namespace
+
+void set_sm90_backward_dq_cap(int64_t bytes) {
+#if defined(TILEATTN_SM90_BACKWARD)
+  g_sm90_dq_cap.store(bytes > 0 ? bytes : 0);
+#else
+  (void)bytes;
+#endif
+}
 
 void backward(const BackwardParams& b, bool sm90) {
   const AttnParams& p = b.fwd;

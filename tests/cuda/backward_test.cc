@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "backward_util.h"
+#include "cuda/cuda_api.h"
+#include "cuda/sm90/bwd.h"
 #include "cuda_case.h"
 
 namespace tileattn::cuda_test {
@@ -228,11 +230,44 @@ TEST(CudaBackwardSm90, SameBitsEveryRunWhenDeterministic) {
   }
 }
 
-// Varlen and seqused batches on the sm90 backward (asked for: the default takes them once they
-// have run on a GPU, cuda_limits.cc): packed sequences whose last query and key blocks run into
-// the next sequence, empty ones, rows past seqused holding NaN (the loader zeroes them in shared
-// memory, bwd_loader.cuh), Lk > Lq, GQA, every mask; with and without the LSE's gradient. Then
-// deterministic mode's bits over runs of a packed causal batch.
+// With a cap on the sm90 backward's fp32 dQ sums (set_sm90_backward_dq_cap) the KV heads go in
+// groups, a launch and a conversion each (cuda/backward.cc): the same bits as one launch in
+// deterministic mode, for groups of one KV head and of three (4 KV heads: 3 + 1), dense and packed.
+TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
+  struct Reset {
+    ~Reset() { detail::cuda::set_sm90_backward_dq_cap(0); }
+  } reset;
+  for (int64_t d : {64, 128, 256}) {
+    for (bool packed : {false, true}) {
+      Problem p = make(2, 150, 260, 8, 4, d, DType::kBFloat16);
+      if (packed)
+        p = test::varlen_problem(make(1, 0, 0, 8, 4, d, DType::kBFloat16), {150, 0, 97}, {260, 5, 97});
+      p.options.causal = true;
+      p.options.deterministic = true;
+      p.options.kernel = Kernel::kCudaSm90;
+      const BackwardCase bc(p);
+      const Grads whole = gpu_backward(bc, p.options);
+      // One KV head's sums: 2 query heads x its dQ tiles (bwd_layout.h: DqTiles) x block_m x D floats.
+      const int64_t bm = detail::sm90::bwd_block_m(d);
+      const int64_t head_blocks = packed ? (150 + 97 + 3 * bm) / bm : 2 * ((150 + bm - 1) / bm);
+      const int64_t per_kv_head = 2 * head_blocks * bm * d * 4;
+      for (int64_t heads : {1, 3}) {
+        detail::cuda::set_sm90_backward_dq_cap(heads == 1 ? 1 : heads * per_kv_head);
+        EXPECT_TRUE(test::same_bits(gpu_backward(bc, p.options), whole))
+            << "D " << d << (packed ? " packed" : " dense") << ", " << heads << " KV heads a launch";
+      }
+      detail::cuda::set_sm90_backward_dq_cap(0);
+    }
+  }
+}
+
+// Varlen and seqused batches on the sm90 backward (asked for; the default takes them at head dims
+// 64 and 128 without deterministic mode, cuda_limits.cc): packed sequences whose last query and
+// key blocks run into the next sequence, empty ones, rows past seqused holding NaN (the loader
+// zeroes them in shared memory, bwd_loader.cuh), Lk > Lq, GQA, every mask; with and without the
+// LSE's gradient. Then deterministic mode's bits over runs of a packed causal batch.
 TEST(CudaBackwardSm90, VarlenAndSequsedMatchTheOracle) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
