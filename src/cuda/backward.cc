@@ -43,7 +43,8 @@ class StreamBuffer {
 std::atomic<int64_t> g_sm90_dq_cap{0};  // bytes of fp32 dQ sums a launch; 0: no cap
 
 // b for KV heads [h0, h0 + n) and their query heads: every per-head pointer moved to head h0 (of
-// k, v, dk, dv) or h0 * group (of q, out, lse, dout, dq), n KV heads and n * group query heads.
+// k, v, dk, dv) or h0 * group (of q, out, lse, dout, dlse, dq), n KV heads and n * group query
+// heads.
 BackwardParams kv_head_group(const BackwardParams& b, int64_t h0, int64_t n) {
   BackwardParams c = b;
   AttnParams& p = c.fwd;
@@ -58,6 +59,7 @@ BackwardParams kv_head_group(const BackwardParams& b, int64_t h0, int64_t n) {
   p.out = const_cast<char*>(move(p.out, hq * p.out_stride.h));
   if (p.lse) p.lse = static_cast<float*>(p.lse) + hq * p.lse_stride.h;
   c.dout = move(c.dout, hq * c.dout_stride.h);
+  if (c.dlse) c.dlse = static_cast<const float*>(c.dlse) + hq * c.dlse_stride.h;
   c.dq = const_cast<char*>(move(c.dq, hq * c.dq_stride.h));
   c.dk = const_cast<char*>(move(c.dk, h0 * c.dk_stride.h));
   c.dv = const_cast<char*>(move(c.dv, h0 * c.dv_stride.h));
