@@ -23,6 +23,9 @@ struct Seqs {
 
   TILEATTN_HD bool ragged_k() const { return cu_k != nullptr || used_k != nullptr; }
   TILEATTN_HD bool varlen_q() const { return cu_q != nullptr; }
+  TILEATTN_HD bool ragged_q() const { return cu_q != nullptr || used_q != nullptr; }
+  // Whether any sequence may differ from the tensors' lengths (cu_seqlens or seqused given).
+  TILEATTN_HD bool ragged() const { return ragged_q() || ragged_k(); }
 };
 
 // One sequence: its first row in q / out (k / v) and its lengths.

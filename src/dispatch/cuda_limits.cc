@@ -146,9 +146,8 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 // (bwd_seq): 1.6-2.2x at 64 and 128. Not yet timed with these kernels, so the sm80 kernels unless
 // sm90 is asked for: deterministic mode at 64 and 256 and in varlen batches, varlen batches at 256.
 bool sm90_backward_measured_ahead(const BackwardParams& b) {
-  const Seqs& s = b.fwd.seqs;
   const int d = b.fwd.head_dim;
-  if (s.cu_q || s.cu_k || s.used_q || s.used_k) return !b.deterministic && (d == 64 || d == 128);
+  if (b.fwd.seqs.ragged()) return !b.deterministic && (d == 64 || d == 128);
   return d == 128 || (!b.deterministic && (d == 64 || d == 256));
 }
 

@@ -19,8 +19,7 @@ namespace {
 
 template <int kD, class T, class Mask>
 void launch_for(const BackwardParams& b, const BwdParams& kp) {
-  const Seqs& s = b.fwd.seqs;
-  if (s.cu_q || s.cu_k || s.used_q || s.used_k)
+  if (b.fwd.seqs.ragged())
     launch_bwd<kD, T, Mask, true>(b, kp);
   else
     launch_bwd<kD, T, Mask, false>(b, kp);

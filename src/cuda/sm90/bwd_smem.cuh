@@ -60,9 +60,6 @@ struct BwdSmem {
   // Persistent CTAs: K and V read by every consumer, so the next tile's may be loaded.
   __device__ uint64_t* kv_empty() const { return barriers() + 12; }
 };
-static_assert(BwdSmem<128>::kBytes <= 227 * 1024 && BwdSmem<64>::kBytes <= 227 * 1024 &&
-                  BwdSmem<256>::kBytes <= 227 * 1024,
-              "the backward needs more shared memory than a CTA has");
 static_assert(BwdSmem<64>::kN == 2 * 64 && BwdSmem<128>::kN == 2 * 64 && BwdSmem<256>::kN == 64,
               "two consumer warpgroups of 64 keys, or one block of 64 keys both share (D = 256)");
 static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64 &&
@@ -93,7 +90,7 @@ __device__ __forceinline__ BwdSeq bwd_seq(const cuda::KernelParams& f, int64_t b
                   static_cast<int32_t>(s.len_k),
                   f.seqs.cu_q ? 0 : b32,
                   f.seqs.cu_k ? 0 : b32,
-                  f.seqs.cu_q != nullptr || f.seqs.used_q != nullptr,
+                  f.seqs.ragged_q(),
                   f.seqs.ragged_k()};
   }
 }

@@ -143,8 +143,7 @@ void launch_for(const AttnParams& p) {
                 "the serving config must tile as the dense one (one pack and split count)");
   const LaunchShape shape = launch_shape<Cfg>(p);
   const int pack = shape.pack, splits = shape.splits;
-  const bool serving = splits > 1 || p.seqs.cu_q || p.seqs.cu_k || p.seqs.used_q || p.seqs.used_k ||
-                       p.page_table || p.kv_batch_idx;
+  const bool serving = splits > 1 || p.seqs.ragged() || p.page_table || p.kv_batch_idx;
   const bool decodes = !std::is_same_v<Cfg, ServingCfg> && !p.page_table && p.seqlen_q * pack <= 64 &&
                        (p.seqlen_k + kCfg.block_n - 1) / kCfg.block_n >= 32 * int64_t{splits};
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
