@@ -11,13 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_order.h"
 
 namespace tileattn::detail::sm90 {
 namespace {
 
 // The backward's block sizes (bwd.h), (block_m, block_n): D = 128, D = 64, D = 256.
-constexpr std::pair<int, int> kBlocks[] = {{64, 128}, {128, 128}, {64, 64}};
+constexpr std::pair<int, int> kBlocks[] = {{bwd_block_m(128), bwd_block_n(128)},
+                                           {bwd_block_m(64), bwd_block_n(64)},
+                                           {bwd_block_m(256), bwd_block_n(256)}};
 
 struct Replay {
   bool ok = true;        // every turn came, every block summed by exactly its key blocks

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_layout.h"
 
 namespace tileattn::detail::sm90 {
@@ -42,7 +43,7 @@ TEST(Sm90DsLayout, StmatrixStoresEveryElementOfDsTransposedOnce) {
 // acc_col(4 g + j)) of part w.
 TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
   for (int head_dim : {64, 128, 256}) {  // parts of 64 x 64: 2, 2 and 4 (two a consumer at D = 256)
-    const int block_m = head_dim == 64 ? 128 : 64, parts = head_dim == 256 ? 4 : 2;
+    const int block_m = bwd_block_m(head_dim), parts = head_dim == 256 ? 4 : 2;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     std::vector<int> hits(block_m * head_dim, 0);
     for (int w = 0; w < parts; ++w)

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <string>
 
-#include "accuracy.h"
 #include "args.h"
 #include "machine.h"
 #include "problem.h"
@@ -58,12 +57,8 @@ int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device
   AttentionData data(s, dtype, device, static_cast<uint64_t>(a.seed));
   GradBuffers g(data, static_cast<uint64_t>(a.seed));
   g.poison();
-  const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
-  const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
   // The library's own words on failure: which argument, its value, what was expected.
-  const Support support =
-      supported_backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
-                         k_shape(g.dk), k_shape(g.dv), options);
+  const Support support = backward_support(data, g, options);
   if (!support) {
     std::fprintf(stderr, "tileattn: %s\n", support.reason.c_str());
     return 2;
@@ -71,8 +66,7 @@ int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device
   const Kernel kernel = support.kernel;
   try {
     run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
-    backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
-             k_shape(g.dk), k_shape(g.dv), options);
+    run_backward(Impl::kTiled, data, g, options);
   } catch (const Error& e) {  // the forward's own checks (supported_backward checks the backward's)
     std::fprintf(stderr, "tileattn: %s\n", e.what());
     return 2;
@@ -90,11 +84,11 @@ int run_verify_backward(const VerifyArgs& a, const Shape& s, DType dtype, Device
   host_options.kernel = Kernel::kAuto;
   const int64_t nq = g.host_dout.numel(), nk = g.dk.numel();
   Buffer rq(DType::kFloat64, nq), rk(DType::kFloat64, nk), rv(DType::kFloat64, nk);
-  reference_backward(q_shape(g.host_dout), data.host_q(), data.host_k(), data.host_v(), q_shape(rq),
-                     k_shape(rk), k_shape(rv), host_options);
+  reference_backward(g.q_view(g.host_dout), data.host_q(), data.host_k(), data.host_v(), g.q_view(rq),
+                     g.k_view(rk), g.k_view(rv), host_options);
   Buffer eq(dtype, nq), ek(dtype, nk), ev(dtype, nk);
-  eager_backward(q_shape(g.host_dout), data.host_q(), data.host_k(), data.host_v(), q_shape(eq), k_shape(ek),
-                 k_shape(ev), host_options);
+  eager_backward(g.q_view(g.host_dout), data.host_q(), data.host_k(), data.host_v(), g.q_view(eq),
+                 g.k_view(ek), g.k_view(ev), host_options);
 
   const Buffer hq = copy_to(g.dq, Device::cpu()), hk = copy_to(g.dk, Device::cpu()),
                hv = copy_to(g.dv, Device::cpu());

@@ -66,16 +66,19 @@ TensorRef AttentionData::out() const {
 }
 TensorRef AttentionData::lse() const { return lse_.view({shape_.batch, shape_.heads_q, shape_.seqlen_q}); }
 
+namespace {
+void poison(Buffer& dst) {  // all NaN, so an element never written shows
+  if (dst.on_cpu()) {
+    dst.fill(NAN);
+  } else {
+    Buffer nan(dst.dtype(), dst.numel());
+    nan.fill(NAN);
+    dst.copy_from(nan);
+  }
+}
+}  // namespace
+
 void AttentionData::poison_outputs() {
-  auto poison = [](Buffer& dst) {
-    if (dst.on_cpu()) {
-      dst.fill(NAN);
-    } else {
-      Buffer nan(dst.dtype(), dst.numel());
-      nan.fill(NAN);
-      dst.copy_from(nan);
-    }
-  };
   poison(out_);
   poison(lse_);
 }
@@ -126,53 +129,65 @@ Timing time_impl(Impl impl, const AttentionData& data, const Options& options, i
 }
 
 GradBuffers::GradBuffers(const AttentionData& data, uint64_t seed)
-    : host_dout(data.dtype(), data.out().numel()),
+    : shape(data.shape()),
+      host_dout(data.dtype(), data.out().numel()),
       dq(data.dtype(), data.out().numel(), data.device()),
       dk(data.dtype(), data.k().numel(), data.device()),
       dv(data.dtype(), data.k().numel(), data.device()) {
   host_dout.fill_normal(seed + 3 * kSeedStride);
-  dout = copy_to(host_dout, data.device());
+  if (data.device().kind != DeviceKind::kCPU) dout = copy_to(host_dout, data.device());
 }
 
 void GradBuffers::poison() {
-  for (Buffer* b : {&dq, &dk, &dv}) {
-    Buffer nan(b->dtype(), b->numel());
-    nan.fill(NAN);
-    b->copy_from(nan);
-  }
+  for (Buffer* b : {&dq, &dk, &dv}) cli::poison(*b);
+}
+
+TensorRef GradBuffers::q_view(const Buffer& b) const {
+  return b.view({shape.batch, shape.seqlen_q, shape.heads_q, shape.head_dim});
+}
+TensorRef GradBuffers::k_view(const Buffer& b) const {
+  return b.view({shape.batch, shape.seqlen_k, shape.heads_kv, shape.head_dim});
+}
+
+Support backward_support(const AttentionData& data, const GradBuffers& g, const Options& options) {
+  return supported_backward(g.q_view(g.device_dout()), data.q(), data.k(), data.v(), data.out(), data.lse(),
+                            g.q_view(g.dq), g.k_view(g.dk), g.k_view(g.dv), options);
+}
+
+void run_backward(Impl impl, const AttentionData& data, const GradBuffers& g, const Options& options) {
+  if (impl == Impl::kTiled)
+    backward(g.q_view(g.device_dout()), data.q(), data.k(), data.v(), data.out(), data.lse(), g.q_view(g.dq),
+             g.k_view(g.dk), g.k_view(g.dv), options);
+  else
+    eager_backward(g.q_view(g.device_dout()), data.q(), data.k(), data.v(), g.q_view(g.dq), g.k_view(g.dk),
+                   g.k_view(g.dv), options);
 }
 
 Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& g, const Options& options,
                      int warmup, int reps) {
-  const Shape& s = data.shape();
-  const auto q_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_q, s.heads_q, s.head_dim}); };
-  const auto k_shape = [&](const Buffer& b) { return b.view({s.batch, s.seqlen_k, s.heads_kv, s.head_dim}); };
-  run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
-  return time_calls(data.device(), warmup, reps, [&] {
-    if (impl == Impl::kTiled)
-      backward(q_shape(g.dout), data.q(), data.k(), data.v(), data.out(), data.lse(), q_shape(g.dq),
-               k_shape(g.dk), k_shape(g.dv), options);
-    else
-      eager_backward(q_shape(g.dout), data.q(), data.k(), data.v(), q_shape(g.dq), k_shape(g.dk),
-                     k_shape(g.dv), options);
-  });
+  if (impl == Impl::kTiled) run_impl(Impl::kTiled, data, options);  // out and lse, as training keeps them
+  return time_calls(data.device(), warmup, reps, [&] { run_backward(impl, data, g, options); });
 }
 
-std::optional<std::string> eager_backward_wont_fit(const Shape& shape) {
-  const int64_t need = 3 * shape.seqlen_q * shape.seqlen_k * 4, have = available_host_memory();
+namespace {
+// Linux overcommits: a too-large S and P would be allocated fine and then killed while being
+// written, so the tool checks first and keeps a fifth of what is free as margin.
+std::optional<std::string> wont_fit(int64_t need, int64_t have, const std::string& what) {
   if (have <= 0 || static_cast<double>(need) <= 0.8 * static_cast<double>(have)) return std::nullopt;
-  return "eager_backward needs " + format_bytes(need) + " for S, P and dS, " + format_bytes(have) +
-         " is free";
+  return what + " needs " + format_bytes(need) + ", " + format_bytes(have) + " is free";
+}
+}  // namespace
+
+std::optional<std::string> eager_backward_wont_fit(const Shape& shape) {
+  // fp32 S, P and dS of one (batch, head) at a time.
+  return wont_fit(3 * shape.seqlen_q * shape.seqlen_k * 4, available_host_memory(),
+                  "eager_backward (S, P and dS)");
 }
 
 std::optional<std::string> eager_wont_fit(const Shape& shape, DType dtype, Device device) {
-  // Linux overcommits: a too-large S and P would be allocated fine and then killed while being
-  // written, so the tool checks first and keeps a fifth of what is free as margin.
-  const int64_t need = eager_extra_bytes(shape, dtype);
   const int64_t have = device.kind == DeviceKind::kCPU ? available_host_memory()
                                                        : static_cast<int64_t>(gpu::free_bytes(device.index));
-  if (have <= 0 || static_cast<double>(need) <= 0.8 * static_cast<double>(have)) return std::nullopt;
-  return "eager needs " + format_bytes(need) + " for S and P, " + format_bytes(have) + " is free";
+  return wont_fit(eager_extra_bytes(shape, dtype), have, "eager (S and P)");
 }
 
 DType parse_dtype(const std::string& name) {

@@ -68,17 +68,26 @@ Timing time_calls(Device device, int warmup, int reps, const std::function<void(
 Timing time_impl(Impl impl, const AttentionData& data, const Options& options, int warmup, int reps,
                  bool with_lse = true);
 
-// A backward's tensors: dout (random normal, from the seed) on the host and on data's device,
-// and dq, dk, dv on data's device.
+// A backward's tensors: dout (random normal, from the seed) on the host and on data's device
+// (the same buffer on the CPU), and dq, dk, dv on data's device.
 struct GradBuffers {
   GradBuffers(const AttentionData& data, uint64_t seed);
   void poison();  // dq, dk and dv all NaN, so an element never written shows
-  Buffer host_dout, dout, dq, dk, dv;
+  // A buffer as a [B, Lq, Hq, D] (q_view: dout, dq) or [B, Lk, Hkv, D] (k_view: dk, dv) tensor.
+  TensorRef q_view(const Buffer& b) const;
+  TensorRef k_view(const Buffer& b) const;
+  const Buffer& device_dout() const { return dout.data() ? dout : host_dout; }
+  Shape shape;
+  Buffer host_dout, dout, dq, dk, dv;  // dout empty on the CPU
 };
 
-// forward() (tiled, with its LSE) once into data's O and LSE, then `warmup` untimed and `reps`
-// timed calls of backward() (tiled) or eager_backward() (eager: CPU tensors only), timed as
-// time_impl times the forward.
+// Whether backward() takes data's and g's tensors under options, and the kernel it would run.
+Support backward_support(const AttentionData& data, const GradBuffers& g, const Options& options);
+// One call into g's dq, dk and dv from data's O and LSE: backward() (tiled) or eager_backward()
+// (eager: CPU tensors only, O and LSE unread).
+void run_backward(Impl impl, const AttentionData& data, const GradBuffers& g, const Options& options);
+// forward() (tiled, with its LSE) once into data's O and LSE where the backward reads them, then
+// `warmup` untimed and `reps` timed calls of run_backward, timed as time_impl times the forward.
 Timing time_backward(Impl impl, const AttentionData& data, const GradBuffers& grads, const Options& options,
                      int warmup, int reps);
 

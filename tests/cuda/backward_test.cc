@@ -250,9 +250,11 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
       const BackwardCase bc(p);
       const Grads whole = gpu_backward(bc, p.options);
       // One KV head's sums: 2 query heads x its dQ tiles (bwd_layout.h: DqTiles) x block_m x D floats.
-      const int64_t bm = detail::sm90::bwd_block_m(d);
-      const int64_t head_blocks = packed ? (150 + 97 + 3 * bm) / bm : 2 * ((150 + bm - 1) / bm);
-      const int64_t per_kv_head = 2 * head_blocks * bm * d * 4;
+      const int bm = detail::sm90::bwd_block_m(d);
+      static const int32_t cu_q[] = {0, 150, 150, 247};  // the packed sequences' rows (non-null: packed)
+      const detail::sm90::DqTiles tiles =
+          detail::sm90::DqTiles::make(packed ? cu_q : nullptr, packed ? 3 : 2, (150 + bm - 1) / bm, 247, bm);
+      const int64_t per_kv_head = 2 * tiles.head_blocks * bm * d * 4;
       for (int64_t heads : {1, 3}) {
         detail::cuda::set_sm90_backward_dq_cap(heads == 1 ? 1 : heads * per_kv_head);
         EXPECT_TRUE(test::same_bits(gpu_backward(bc, p.options), whole))

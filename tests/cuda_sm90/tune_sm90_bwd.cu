@@ -17,9 +17,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "common/convert.h"
 #include "cuda/sm80/sm80.h"
 #include "cuda/sm90/bwd_launch.cuh"
 #include "fill.h"
@@ -115,13 +115,6 @@ struct Path {
   }
 };
 
-float bf16_value(uint16_t x) {
-  const uint32_t bits = uint32_t{x} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // out and lse of sh by the library's forward, into the buffers the paths read.
 void forward_of(const Buffers& m, const Shape& sh) {
   const auto ref = [&](void* data, int64_t L) {
@@ -161,8 +154,8 @@ bool persistent_agrees(const Buffers& m, const Shape& sh, int64_t ctas, std::vec
     ok &= std::equal(a->begin() + from, a->begin() + n, b->begin() + from);
     double worst = 0, largest = 0;
     for (int64_t i = 0; i < nq; ++i) {
-      largest = std::max(largest, std::abs(double{bf16_value((*a)[i])}));
-      const double d = std::abs(double{bf16_value((*a)[i])} - bf16_value((*b)[i]));
+      largest = std::max(largest, std::abs(double{detail::bf16_to_float((*a)[i])}));
+      const double d = std::abs(double{detail::bf16_to_float((*a)[i])} - detail::bf16_to_float((*b)[i]));
       worst = std::isnan(d) ? d : std::max(worst, d);
     }
     ok &= worst <= largest / 128;  // NaN fails
