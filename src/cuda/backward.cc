@@ -40,7 +40,7 @@ class StreamBuffer {
 };
 
 #if defined(TILEATTN_SM90_BACKWARD)
-std::atomic<int64_t> g_sm90_dq_cap{0};  // bytes of fp32 dQ sums a launch; 0: no cap
+std::atomic<int64_t> g_sm90_dq_cap{kSm90DqCapBytes};  // bytes of fp32 dQ sums a launch; 0: no cap
 
 // b for KV heads [h0, h0 + n) and their query heads: every per-head pointer moved to head h0 (of
 // k, v, dk, dv) or h0 * group (of q, out, lse, dout, dlse, dq), n KV heads and n * group query
@@ -101,11 +101,12 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
 #endif
 }  // namespace
 
-void set_sm90_backward_dq_cap(int64_t bytes) {
+int64_t set_sm90_backward_dq_cap(int64_t bytes) {
 #if defined(TILEATTN_SM90_BACKWARD)
-  g_sm90_dq_cap.store(bytes > 0 ? bytes : 0);
+  return g_sm90_dq_cap.exchange(bytes > 0 ? bytes : 0);
 #else
   (void)bytes;
+  return 0;
 #endif
 }
 

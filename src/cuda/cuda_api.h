@@ -31,9 +31,10 @@ int* stream_scratch(int device, void* stream, int64_t ints);
 
 void forward(const AttnParams& p, Kernel kernel);   // a validated problem on device tensors
 void backward(const BackwardParams& b, bool sm90);  // a validated backward (sm90's or sm80's)
-// The most bytes of fp32 dQ sums one sm90 backward launch may take (0: no cap, the default until
-// the grouped path has run on a GPU); above it the KV heads go in groups (backward.cc).
-void set_sm90_backward_dq_cap(int64_t bytes);
+// The most bytes of fp32 dQ sums one sm90 backward launch may take (<= 0: no cap; by default
+// kSm90DqCapBytes); above it the KV heads go in groups (backward.cc). Returns the cap it replaced.
+constexpr int64_t kSm90DqCapBytes = int64_t{1} << 30;
+int64_t set_sm90_backward_dq_cap(int64_t bytes);
 void combine(const CombineParams& c);  // split-KV partial states merged (combine.cu)
 // Options::check_indices: p's device index tensors checked on the device by the host's checks
 // (one sync); faults[0] for the q side, faults[1] for the k side.

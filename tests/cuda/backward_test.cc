@@ -11,6 +11,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backward_util.h"
@@ -94,17 +95,26 @@ TEST(CudaBackward, GradientOfTheLse) {
 
 TEST(CudaBackward, NanReachesOnlyWhatSeesIt) {
   SKIP_WITHOUT_GPU();
-  Problem p = make(1, 130, 130, 2, 1, 64, DType::kBFloat16);
+  Problem p = make(1, 300, 300, 2, 1, 64, DType::kBFloat16);
   p.options.causal = true;
   BackwardCase bc(p);
-  bc.c.k.set({0, 70, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 70 do not see key 70
+  bc.c.k.set({0, 200, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 200 do not see key 200
   bc.fwd = test::run_forward(bc.c);
-  const Grads g = gpu_backward(bc, p.options);
-  // Rows of the query block before key 70's block (rows 0..63) never meet it; rows 64..69 share
-  // its 64 x 64 block and may get NaN through 0 x NaN (bwd_kernel.cuh); rows that see it do.
-  for (int64_t i = 0; i < 64; ++i)
-    for (int64_t d = 0; d < 64; ++d) ASSERT_TRUE(std::isfinite(g.dq.get({0, i, 0, d}))) << i;
-  EXPECT_TRUE(std::isnan(g.dq.get({0, 100, 1, 0})));
+  std::vector<std::pair<Kernel, int>> kernels = {{Kernel::kCudaSm80, 64}};  // block_m of sm80's dQ pass
+  if (sm90_available()) kernels.push_back({Kernel::kCudaSm90, detail::sm90::bwd_block_m(64)});
+  for (const auto& [kernel, block_m] : kernels) {
+    Options o = p.options;
+    o.kernel = kernel;
+    const Grads g = gpu_backward(bc, o);
+    // Query blocks before key 200's block never meet it; rows of the block holding row 200 that
+    // precede it may get NaN through 0 x NaN in dS K (bwd_kernel.cuh); rows that see it do.
+    const int64_t clean = 200 / block_m * block_m;
+    ASSERT_GT(clean, 0);
+    for (int64_t i = 0; i < clean; ++i)
+      for (int64_t d = 0; d < 64; ++d)
+        ASSERT_TRUE(std::isfinite(g.dq.get({0, i, 0, d}))) << i << " " << block_m;
+    EXPECT_TRUE(std::isnan(g.dq.get({0, 250, 1, 0}))) << block_m;
+  }
 }
 
 // The sm80 kernels sum every gradient in a fixed order: the same bits over 1000 runs at
@@ -113,6 +123,7 @@ TEST(CudaBackward, SameBitsEveryRun) {
   SKIP_WITHOUT_GPU();
   Problem p = make(60, 200, 200, 4, 2, 64, DType::kBFloat16);
   p.options.causal = true;
+  p.options.kernel = Kernel::kCudaSm80;  // on Hopper the default takes sm90 at D = 64 (its own test)
   const BackwardCase bc(p);
   Options o = p.options;
   o.deterministic = true;
@@ -237,7 +248,8 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
   struct Reset {
-    ~Reset() { detail::cuda::set_sm90_backward_dq_cap(0); }
+    int64_t cap = detail::cuda::set_sm90_backward_dq_cap(0);  // one launch: the reference
+    ~Reset() { detail::cuda::set_sm90_backward_dq_cap(cap); }
   } reset;
   for (int64_t d : {64, 128, 256}) {
     for (bool packed : {false, true}) {
