@@ -136,8 +136,8 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
 }
 
 // The default's choice, where the sm90 backward was measured ahead of the sm80 kernels (cuda_limits.cc):
-// dense batches at head dim 128, and at 64 and 256 without deterministic mode; varlen and seqused
-// batches at 64 and 128 without it. Never at other head dims.
+// head dims 64, 128 and 256, dense or not, deterministic or not, but deterministic varlen and seqused
+// batches at 128 (not yet timed). Never at other head dims.
 TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
   AttnParams p = decode(64);
   p.seqlen_q = 1024, p.seqlen_k = 1024;
@@ -146,7 +146,7 @@ TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
     b.fwd.head_dim = d, b.deterministic = false;
     EXPECT_TRUE(sm90_backward_measured_ahead(b)) << d;
     b.deterministic = true;
-    EXPECT_EQ(sm90_backward_measured_ahead(b), d == 128) << d;
+    EXPECT_TRUE(sm90_backward_measured_ahead(b)) << d;
   }
   b.deterministic = false, b.fwd.window_right = 0;  // causal
   EXPECT_TRUE(sm90_backward_measured_ahead(b));
@@ -161,8 +161,8 @@ TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
       used_b.deterministic = packed_b.deterministic = det;
       used_b.fwd.seqs.used_q = used;
       packed_b.fwd.seqs.cu_k = cu;
-      EXPECT_EQ(sm90_backward_measured_ahead(used_b), !det && d != 256) << d << " " << det;
-      EXPECT_EQ(sm90_backward_measured_ahead(packed_b), !det && d != 256) << d << " " << det;
+      EXPECT_EQ(sm90_backward_measured_ahead(used_b), !det || d != 128) << d << " " << det;
+      EXPECT_EQ(sm90_backward_measured_ahead(packed_b), !det || d != 128) << d << " " << det;
     }
   }
   // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).

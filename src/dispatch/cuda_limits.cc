@@ -139,16 +139,17 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 #endif
 }
 
-// Measured on an H200 (bf16, the backward suites of bench/results/
-// gpu_backward_h200_2026-12-05_c95c5be.txt, and 9e5be2f for deterministic mode at 128): the sm90
-// backward is ahead of the sm80 kernels at every shape measured. Dense: at head dim 128
-// (deterministic mode too), 1.1-2.3x at 64 and 2.1-3.7x at 256. Varlen and seqused batches
-// (bwd_seq): 1.6-2.2x at 64 and 128. Not yet timed with these kernels, so the sm80 kernels unless
-// sm90 is asked for: deterministic mode at 64 and 256 and in varlen batches, varlen batches at 256.
+// Measured (bf16, the backward suites): the sm90 backward is ahead of the sm80 kernels at every
+// shape measured. On an H200 (bench/results/gpu_backward_h200_2026-12-05_c95c5be.txt, and 9e5be2f
+// for deterministic mode at 128): dense batches at head dim 128, 1.1-2.3x at 64 and 2.1-3.7x at
+// 256; varlen and seqused batches (bwd_seq) 1.6-2.2x at 64 and 128. On an H100
+// (gpu_backward_h100_2026-12-05_1457cd4.json): deterministic mode 1.3-2.8x at 64 and 256, dense
+// and varlen, and varlen batches at 256 2.7-3.5x. Not yet timed, so the sm80 kernels unless sm90
+// is asked for: deterministic mode in varlen batches at 128.
 bool sm90_backward_measured_ahead(const BackwardParams& b) {
   const int d = b.fwd.head_dim;
-  if (b.fwd.seqs.ragged()) return !b.deterministic && (d == 64 || d == 128);
-  return d == 128 || (!b.deterministic && (d == 64 || d == 256));
+  if (d != 64 && d != 128 && d != 256) return false;
+  return !(b.fwd.seqs.ragged() && b.deterministic && d == 128);
 }
 
 bool sm90_backward_preferred(const BackwardParams& b) {

@@ -191,23 +191,26 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
   return info.param.name() + "_" + std::to_string(info.index);
 });
 
-// By default, on Hopper, in deterministic mode, head dim 128 runs the sm90 backward (the same bits
-// as asking for it) and 64 and 256 the sm80 kernels (deterministic mode there is not yet timed:
-// cuda_limits.cc). SupportedBackwardNamesTheKernel covers the other mode; the rule itself is
-// tested by Select.Sm90BackwardPreferredWhereMeasuredAhead.
+// By default, on Hopper, deterministic mode runs the sm90 backward at head dims 64, 128 and 256 in
+// dense batches (the same bits as asking for it), and the sm80 kernels in varlen batches at 128
+// (not yet timed there: cuda_limits.cc). SupportedBackwardNamesTheKernel covers the other mode;
+// the rule itself is tested by Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
-  for (int64_t d : {64, 128, 256}) {
-    Problem p = make(2, 150, 260, 4, 2, d, DType::kBFloat16);
-    p.options.causal = true;
-    p.options.deterministic = true;
-    const BackwardCase bc(p);
-    const Grads by_default = gpu_backward(bc, p.options);
-    Options o = p.options;
-    o.kernel = d == 128 ? Kernel::kCudaSm90 : Kernel::kCudaSm80;
-    EXPECT_TRUE(test::same_bits(gpu_backward(bc, o), by_default)) << "D " << d;
-  }
+  for (int64_t d : {64, 128, 256})
+    for (bool packed : {false, true}) {
+      Problem p = make(2, 150, 260, 4, 2, d, DType::kBFloat16);
+      if (packed)
+        p = test::varlen_problem(make(1, 0, 0, 4, 2, d, DType::kBFloat16), {150, 0, 97}, {260, 5, 97});
+      p.options.causal = true;
+      p.options.deterministic = true;
+      const BackwardCase bc(p);
+      const Grads by_default = gpu_backward(bc, p.options);
+      Options o = p.options;
+      o.kernel = packed && d == 128 ? Kernel::kCudaSm80 : Kernel::kCudaSm90;
+      EXPECT_TRUE(test::same_bits(gpu_backward(bc, o), by_default)) << "D " << d << " packed " << packed;
+    }
 }
 
 // Deterministic mode orders the fp32 dQ additions by key block: the same bits over 1000 runs at
