@@ -1,4 +1,4 @@
-// bwd_preprocess.cu: the backward's per-row values, one warp a (row, head): dsum = rowsum(dO * O)
+// bwd_preprocess.cu: the backward's per-row values, a lane group a (row, head): dsum = rowsum(dO * O)
 // - dlse and lse2 = lse log2(e) (0 for a row that sees no key, whose entries are all masked).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,22 +30,27 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
   return acc;
 }
 
+// A group of `group` lanes (a power of two >= the head dim's 16-byte chunks, at most 32) a row:
+// at head dim 64 a warp takes 4 rows at once, every lane loading (a warp a row left 24 lanes idle
+// and ran at a quarter of the bandwidth at D = 64).
 template <class T>
-__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelParams p) {
+__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelParams p, int group) {
   const cuda::KernelParams& f = p.f;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = p.part_batch * f.heads_q * p.part_len, warps = int64_t{gridDim.x} * (blockDim.x / 32);
-  for (int64_t item = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; item < rows;
-       item += warps) {
-    const int64_t l = item % p.part_len, bh = item / p.part_len, h = bh % f.heads_q, b = bh / f.heads_q;
+  const int lane = threadIdx.x & 31, sub = lane & (group - 1);
+  const int64_t rows = p.part_batch * f.heads_q * p.part_len, per_warp = 32 / group;
+  const int64_t stride = int64_t{gridDim.x} * (blockDim.x / 32) * per_warp;
+  for (int64_t item = (int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32) * per_warp + lane / group;
+       item - lane / group < rows; item += stride) {
+    const bool live = item < rows;  // the warp's shuffles need every lane
+    const int64_t row = live ? item : rows - 1;
+    const int64_t l = row % p.part_len, bh = row / p.part_len, h = bh % f.heads_q, b = bh / f.heads_q;
     const T* o = static_cast<const T*>(f.out) + b * f.o_sb + l * f.o_sl + h * f.o_sh;
     const T* d = static_cast<const T*>(p.dout) + b * p.do_sb + l * p.do_sl + h * p.do_sh;
     float acc = 0.0f;
-    for (int c = lane; c < f.d_chunks; c += 32)
+    for (int c = sub; c < f.d_chunks; c += group)
       acc += dot8<T>(*reinterpret_cast<const uint4*>(o + 8 * c), *reinterpret_cast<const uint4*>(d + 8 * c));
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (lane == 0) {
+    for (int m = group / 2; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (live && sub == 0) {
       const float lse = f.lse[b * f.lse_sb + h * f.lse_sh + l * f.lse_sl];
       const float dl = p.dlse != nullptr ? p.dlse[b * p.dl_sb + h * p.dl_sh + l * p.dl_sl] : 0.0f;
       const int64_t w = b * p.w_sb + h * p.w_sh + l;
@@ -60,13 +65,15 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelPara
 void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream) {
   const int64_t rows = kp.part_batch * kp.f.heads_q * kp.part_len;
   if (rows == 0) return;
-  const int64_t blocks = (rows + 7) / 8;
+  int group = 1;
+  while (group < 32 && group < kp.f.d_chunks) group *= 2;
+  const int64_t per_block = 8 * (32 / group), blocks = (rows + per_block - 1) / per_block;
   const dim3 grid(static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20)));
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBFloat16)
-    bwd_preprocess_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>(kp);
+    bwd_preprocess_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>(kp, group);
   else
-    bwd_preprocess_kernel<__half><<<grid, 256, 0, s>>>(kp);
+    bwd_preprocess_kernel<__half><<<grid, 256, 0, s>>>(kp, group);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 

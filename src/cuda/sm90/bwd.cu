@@ -25,29 +25,59 @@ void launch_for(const BackwardParams& b, const BwdParams& kp) {
     launch_bwd<kD, T, Mask, false>(b, kp);
 }
 
-// One thread per float4 of dq_accum (bwd.h: tiles of block_m rows in the wgmma accumulators'
-// order): float4 `within` of a tile holds columns c and c + 1 of its rows r and r + 8
-// (bwd_layout.h: dq_accum_pos); rows past the sequence (and gap tiles, DqTiles) are not written.
-template <class T>
-__global__ void __launch_bounds__(256)
-    dq_convert(const float* accum, T* dq, DqTiles tiles, Seqs seqs, int head_dim, int64_t sb, int64_t sl,
-               int64_t sh, float scale, int64_t total) {
-  const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
-  const int64_t per_tile = int64_t{tiles.block_m} * head_dim / 4, tile = idx / per_tile;
-  int r = 0, c = 0;
-  dq_accum_pos(static_cast<int>(idx % per_tile), head_dim, &r, &c);
+// One CTA a dQ tile of dq_accum (bwd.h: block_m x D fp32 in the wgmma accumulators' order,
+// bwd_layout.h: dq_accum_pos): its float4s read in order into a row-major tile of T in shared
+// memory (rows padded by 16 bytes: the pairs' stores and the rows' loads are free of bank
+// conflicts), then stored a row's 16 bytes a thread. Rows past the sequence (and gap tiles,
+// DqTiles) are not written. A thread a float4 with its dq row and column worked out alone ran at
+// half the bandwidth (64-bit divisions, 4-byte stores into half sectors).
+template <class T, int kD>
+__global__ void __launch_bounds__(256) dq_convert(const float* accum, T* dq, DqTiles tiles, Seqs seqs,
+                                                  int64_t sb, int64_t sl, int64_t sh, float scale) {
+  constexpr int kM = bwd_block_m(kD), kRow = kD + 8, kChunks = kD / 8;
+  __shared__ __align__(16) T tile_s[kM * kRow];
+  const int64_t tile = blockIdx.x, h = tile / tiles.head_blocks;
   int64_t b = 0, m = 0;
-  const int64_t h = tile / tiles.head_blocks;
   tiles.locate(tile % tiles.head_blocks, &b, &m);
   const SeqInfo seq = seq_info(seqs, b);
-  const int64_t row = m * tiles.block_m + r;
-  if (row >= seq.len_q) return;
-  const float4 v = reinterpret_cast<const float4*>(accum)[idx];
-  T* out = dq + b * sb + h * sh + (seq.q_start + row) * sl + c;
-  *reinterpret_cast<uint32_t*>(out) = cuda::pack2<T>(v.x * scale, v.y * scale);
-  if (row + 8 < seq.len_q)
-    *reinterpret_cast<uint32_t*>(out + 8 * sl) = cuda::pack2<T>(v.z * scale, v.w * scale);
+  const int64_t rows = seq.len_q - m * kM;
+  if (rows <= 0) return;
+  constexpr int kPer = kM * kD / 4 / 256;  // float4s a thread: all loads in flight before the stores
+  const float4* src = reinterpret_cast<const float4*>(accum) + tile * (kM * kD / 4) + threadIdx.x;
+  float4 v[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) v[j] = src[256 * j];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    int r = 0, c = 0;
+    dq_accum_pos(threadIdx.x + 256 * j, kD, &r, &c);
+    *reinterpret_cast<uint32_t*>(&tile_s[r * kRow + c]) = cuda::pack2<T>(v[j].x * scale, v[j].y * scale);
+    *reinterpret_cast<uint32_t*>(&tile_s[(r + 8) * kRow + c]) =
+        cuda::pack2<T>(v[j].z * scale, v[j].w * scale);
+  }
+  __syncthreads();
+  T* out = dq + b * sb + h * sh + (seq.q_start + m * kM) * sl;
+  for (int i = threadIdx.x; i < kM * kChunks; i += 256) {
+    const int r = i / kChunks, c = 8 * (i % kChunks);
+    if (r < rows)
+      *reinterpret_cast<uint4*>(out + r * sl + c) = *reinterpret_cast<const uint4*>(&tile_s[r * kRow + c]);
+  }
+}
+
+template <class T, int kD>
+void convert_for(const BackwardParams& b, const BwdParams& kp, unsigned grid, cudaStream_t stream) {
+  dq_convert<T, kD><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<T*>(b.dq), kp.dq_tiles, b.fwd.seqs,
+                                              b.dq_stride.b, b.dq_stride.l, b.dq_stride.h, kp.scale);
+}
+
+template <class T>
+void convert(const BackwardParams& b, const BwdParams& kp, unsigned grid, cudaStream_t stream) {
+  if (b.fwd.head_dim == 64)
+    convert_for<T, 64>(b, kp, grid, stream);
+  else if (b.fwd.head_dim == 128)
+    convert_for<T, 128>(b, kp, grid, stream);
+  else
+    convert_for<T, 256>(b, kp, grid, stream);
 }
 
 }  // namespace
@@ -70,19 +100,15 @@ void backward(const BackwardParams& b, const BwdParams& kp) {
 
 void dq_from_accum(const BackwardParams& b, const BwdParams& kp) {
   const AttnParams& p = b.fwd;
-  const int head_dim = static_cast<int>(p.head_dim);
-  const int64_t total = p.heads_q * kp.dq_tiles.head_blocks * kp.dq_tiles.block_m * head_dim / 4;
-  if (total == 0) return;
-  const auto grid = static_cast<unsigned>((total + 255) / 256);
+  const int64_t tiles = p.heads_q * kp.dq_tiles.head_blocks;
+  if (tiles == 0) return;
+  if (tiles >= (int64_t{1} << 31))
+    throw RuntimeError("sm90 backward: " + std::to_string(tiles) + " dQ tiles");
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if (p.dtype == DType::kBFloat16)
-    dq_convert<__nv_bfloat16><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<__nv_bfloat16*>(b.dq),
-                                                        kp.dq_tiles, p.seqs, head_dim, b.dq_stride.b,
-                                                        b.dq_stride.l, b.dq_stride.h, kp.scale, total);
+    convert<__nv_bfloat16>(b, kp, static_cast<unsigned>(tiles), stream);
   else
-    dq_convert<__half><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<__half*>(b.dq), kp.dq_tiles, p.seqs,
-                                                 head_dim, b.dq_stride.b, b.dq_stride.l, b.dq_stride.h,
-                                                 kp.scale, total);
+    convert<__half>(b, kp, static_cast<unsigned>(tiles), stream);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 
