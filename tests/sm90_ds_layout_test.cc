@@ -93,7 +93,9 @@ TEST(Sm90DsLayout, DqTilesGiveEveryQueryBlockItsOwnTileAndFindItBack) {
               ASSERT_GE(t, h * tiles.head_blocks);
               ASSERT_LT(t, (h + 1) * tiles.head_blocks) << "b " << b << " m " << m;
               ASSERT_EQ(owner[t]++, 0) << "tile " << t << " twice";
-              if (!packed) ASSERT_EQ(t, tiles.tile<false>(b, h, m));
+              if (!packed) {
+                ASSERT_EQ(t, tiles.tile<false>(b, h, m));
+              }
               int64_t fb = -1, fm = -1;
               tiles.locate(t % tiles.head_blocks, &fb, &fm);
               ASSERT_EQ(fb, b);
@@ -107,8 +109,23 @@ TEST(Sm90DsLayout, DqTilesGiveEveryQueryBlockItsOwnTileAndFindItBack) {
           ASSERT_TRUE(fb >= 0 && fb < batch && fm >= 0) << "tile " << t;
           ASSERT_GE(fm * block_m, packed ? lens[fb] : longest) << "gap tile " << t << " reads back rows";
         }
-        if (packed) ASSERT_LE(tiles.head_blocks * block_m, cu.back() + batch * block_m);
+        if (packed) {
+          ASSERT_LE(tiles.head_blocks * block_m, cu.back() + batch * block_m);
+        }
       }
+}
+
+// Under a cap on the fp32 dQ sums the KV heads go in groups of as many as fit, one at the least.
+TEST(Sm90DqLayout, KvHeadGroupsFitTheCap) {
+  const int64_t per_kv = 2 * 5 * 64 * 128;  // floats of one KV head's sums
+  EXPECT_EQ(dq_group_heads(0, per_kv, 8), 8);
+  EXPECT_EQ(dq_group_heads(-5, per_kv, 8), 8);
+  EXPECT_EQ(dq_group_heads(1, per_kv, 8), 1);
+  EXPECT_EQ(dq_group_heads(4 * per_kv - 1, per_kv, 8), 1);
+  EXPECT_EQ(dq_group_heads(3 * 4 * per_kv, per_kv, 8), 3);
+  EXPECT_EQ(dq_group_heads(3 * 4 * per_kv - 1, per_kv, 8), 2);
+  EXPECT_EQ(dq_group_heads(int64_t{1} << 40, per_kv, 8), 8);
+  EXPECT_EQ(dq_group_heads(1 << 20, 0, 8), 8);  // no sums (empty sequences)
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
     -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}" \
-    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}"
+    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DTILEATTN_BUILD_PYTHON=ON
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
   if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
@@ -115,6 +115,17 @@ installed=0
 run_install() {  # the Python package, once per run
   ((installed)) && return 0
   installed=1
+  # The build stage's extension (the same library, Release) beside the package's Python files:
+  # pip would compile every kernel again (85-90 s of a GPU call).
+  local module
+  module=$(find "$BUILD/python" -maxdepth 1 -name "_C*.so" 2>/dev/null | head -1)
+  if [[ -n "$module" && "${PIP_INSTALL:-0}" != 1 ]]; then
+    rm -rf "$BUILD/pypkg" && mkdir -p "$BUILD/pypkg" && cp -r "$ROOT/python/tileattn" "$BUILD/pypkg/" &&
+      cp "$module" "$BUILD/pypkg/tileattn/"
+    export PYTHONPATH="$BUILD/pypkg${PYTHONPATH:+:$PYTHONPATH}"
+    printf '%-18s the build stage'"'"'s module (%s)\n' python-package "$(basename "$module")" | tee -a "$SUMMARY" >&2
+    return 0
+  fi
   step pip-install 420 python3 -m pip install --no-build-isolation --no-deps -q "$ROOT" \
     -C cmake.define.TILEATTN_CUDA=ON -C cmake.define.TILEATTN_CUDA_ARCHITECTURES="$ARCH" \
     -C cmake.define.TILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" \
@@ -204,7 +215,7 @@ profile_src_bwd_one() {  # B,L,H,D causal(on|off)
 }
 run_profile_src_bwd() {  # ncu: where the sm90 backward's warps wait, per SASS instruction
   run_install
-  each_shape "${PROFILE_SRC_BWD:-1,16384,16,128 off;1,16384,32,64 off}" profile_src_bwd_one
+  each_shape "${PROFILE_SRC_BWD:-32,512,16,128 off;1,16384,16,128 off}" profile_src_bwd_one
 }
 profile_bwd_one() {  # B,L,H,D causal(on|off) deterministic(on|off); $metrics from run_profile_bwd
   local name="profile-bwd-${1//,/x}-causal$2-det$3" flags=""

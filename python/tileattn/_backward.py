@@ -61,8 +61,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, scale=None, win
         deterministic: the same bits on every run (a fixed order for every gradient sum).
         dlse: optional gradient with respect to ``lse`` (float32, shaped like it), for a loss
             that also uses the LSE (merging partial results does).
-        kernel: ``"auto"`` (on Hopper the sm90 backward at head dims 64, 128 and 256, in
-            deterministic mode at 128 only; else the sm80 one),
+        kernel: ``"auto"`` (on Hopper the sm90 backward at head dims 64, 128 and 256; else
+            the sm80 one),
             ``"sm80"``, or ``"sm90"``: the Hopper backward (head dims
             64, 128 and 256; ValueError naming what it does not take). Plain torch
             tensors and other array kinds only (the torch op that ``torch.compile`` traces takes
@@ -91,8 +91,8 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seq
     """The gradients of :func:`tileattn.attention_varlen` (same index arrays and options):
     ``(dq, dk, dv)`` shaped like q, k, v; rows outside every sequence (or past seqused) get 0.
     ``kernel`` as for :func:`attention_backward` (``"auto"`` runs varlen batches on the Hopper
-    backward at head dims 64 and 128 without deterministic mode, else on the sm80 one;
-    ``"sm90"`` asks for the Hopper one)."""
+    backward at head dims 64, 128 and 256, but in deterministic mode at 128, else on the sm80
+    one; ``"sm90"`` asks for the Hopper one)."""
     options = _core_options(causal, scale, window, softcap)
     options["kernel"] = _check_options(causal, scale, window, softcap, kernel)["kernel"]
     deterministic = _check_bool(deterministic, "deterministic")

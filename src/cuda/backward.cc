@@ -77,9 +77,7 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
   const int64_t group = p.heads_q / p.heads_kv, tiles_per_kv = group * whole.dq_tiles.head_blocks;
   const int64_t floats_per_kv = tiles_per_kv * whole.dq_tiles.block_m * p.head_dim;
   const int64_t cap = g_sm90_dq_cap.load();
-  const int64_t per_launch = cap > 0 && floats_per_kv > 0
-                                 ? std::clamp<int64_t>(cap / (4 * floats_per_kv), 1, p.heads_kv)
-                                 : p.heads_kv;
+  const int64_t per_launch = sm90::dq_group_heads(cap, floats_per_kv, p.heads_kv);
   const int64_t accum = per_launch * floats_per_kv, orders = b.deterministic ? per_launch * tiles_per_kv : 0;
   const StreamBuffer scratch(accum + orders, stream);  // dq_accum, then the int counters
   for (int64_t h0 = 0; h0 < p.heads_kv; h0 += per_launch) {

@@ -16,6 +16,7 @@
 
 #include "backward_util.h"
 #include "cuda/cuda_api.h"
+#include "cuda/sm80/bwd_params.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda_case.h"
 
@@ -100,7 +101,7 @@ TEST(CudaBackward, NanReachesOnlyWhatSeesIt) {
   BackwardCase bc(p);
   bc.c.k.set({0, 200, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 200 do not see key 200
   bc.fwd = test::run_forward(bc.c);
-  std::vector<std::pair<Kernel, int>> kernels = {{Kernel::kCudaSm80, 64}};  // block_m of sm80's dQ pass
+  std::vector<std::pair<Kernel, int>> kernels = {{Kernel::kCudaSm80, detail::sm80::BwdTiles::kBlockM}};
   if (sm90_available()) kernels.push_back({Kernel::kCudaSm90, detail::sm90::bwd_block_m(64)});
   for (const auto& [kernel, block_m] : kernels) {
     Options o = p.options;
@@ -191,9 +192,9 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
   return info.param.name() + "_" + std::to_string(info.index);
 });
 
-// By default, on Hopper, deterministic mode runs the sm90 backward at head dims 64, 128 and 256 in
-// dense batches (the same bits as asking for it), and the sm80 kernels in varlen batches at 128
-// (not yet timed there: cuda_limits.cc). SupportedBackwardNamesTheKernel covers the other mode;
+// By default, on Hopper, deterministic mode runs the sm90 backward at head dims 64, 128 and 256
+// (the same bits as asking for it), dense and packed, but packed batches at 128 on the sm80
+// kernels (not yet timed there: cuda_limits.cc). SupportedBackwardNamesTheKernel covers the other mode;
 // the rule itself is tested by Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
@@ -271,7 +272,9 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
           detail::sm90::DqTiles::make(packed ? cu_q : nullptr, packed ? 3 : 2, (150 + bm - 1) / bm, 247, bm);
       const int64_t per_kv_head = 2 * tiles.head_blocks * bm * d * 4;
       for (int64_t heads : {1, 3}) {
-        detail::cuda::set_sm90_backward_dq_cap(heads == 1 ? 1 : heads * per_kv_head);
+        const int64_t cap = heads == 1 ? 1 : heads * per_kv_head;
+        ASSERT_EQ(detail::sm90::dq_group_heads(cap, per_kv_head / 4, 4), heads);
+        detail::cuda::set_sm90_backward_dq_cap(cap);
         EXPECT_TRUE(test::same_bits(gpu_backward(bc, p.options), whole))
             << "D " << d << (packed ? " packed" : " dense") << ", " << heads << " KV heads a launch";
       }
@@ -280,8 +283,8 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
   }
 }
 
-// Varlen and seqused batches on the sm90 backward (asked for; the default takes them at head dims
-// 64 and 128 without deterministic mode, cuda_limits.cc): packed sequences whose last query and
+// Varlen and seqused batches on the sm90 backward (asked for; the default takes them too, but in
+// deterministic mode at head dim 128, cuda_limits.cc): packed sequences whose last query and
 // key blocks run into the next sequence, empty ones, rows past seqused holding NaN (the loader
 // zeroes them in shared memory, bwd_loader.cuh), Lk > Lq, GQA, every mask; with and without the
 // LSE's gradient. Then deterministic mode's bits over runs of a packed causal batch.

@@ -383,10 +383,11 @@ def test_cuda_sm90_varlen_backward_matches_the_oracle_and_the_sm80_backward(d):
 
 @needs_cuda
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "default"])
-def test_cuda_backward_bitwise_over_1000_runs_at_batch_60(deterministic):
+def test_cuda_backward_repeatable_over_1000_runs_at_batch_60(deterministic):
     # flash-attn's race-condition shape: batch 60, a GQA group, Lq != Lk off the tile grid. The
-    # deterministic mode must give the same bits on every run; so does the default mode today
-    # (dQ is reduced in a fixed order in both).
+    # deterministic mode must give the same bits on every run. The default mode may add dQ's fp32
+    # sums in any order (the sm90 backward's atomics; the sm80 kernels keep one order): dK and dV
+    # the same bits, dQ within a bf16 rounding of its sums.
     q, k, v = torch_qkv((60, 113, 239, 4, 2, 64), torch.bfloat16, "cuda")
     dout = torch.randn_like(q)
     def grads():
@@ -394,9 +395,14 @@ def test_cuda_backward_bitwise_over_1000_runs_at_batch_60(deterministic):
         return torch.autograd.grad(out, (q, k, v), dout)
     first = grads()
     assert all(torch.isfinite(g).all() for g in first)
+    dq_scale = first[0].abs().max().item()
     for run in range(1000):
         for name, a, b in zip("qkv", grads(), first):
-            assert torch.equal(a, b), f"d{name} differs from the first run's at run {run}"
+            if deterministic or name != "q":
+                assert torch.equal(a, b), f"d{name} differs from the first run's at run {run}"
+            else:
+                diff = (a.float() - b.float()).abs().max().item()
+                assert diff <= 1e-2 * dq_scale, f"dq moved by {diff:.3g} (max |dq| {dq_scale:.3g}) at run {run}"
 
 
 @needs_cuda

@@ -76,8 +76,10 @@ void convert(const BackwardParams& b, const BwdParams& kp, unsigned grid, cudaSt
     convert_for<T, 64>(b, kp, grid, stream);
   else if (b.fwd.head_dim == 128)
     convert_for<T, 128>(b, kp, grid, stream);
-  else
+  else if (b.fwd.head_dim == 256)
     convert_for<T, 256>(b, kp, grid, stream);
+  else
+    throw RuntimeError("sm90 dQ conversion: head_dim " + std::to_string(b.fwd.head_dim) + " has no kernel");
 }
 
 }  // namespace

@@ -85,4 +85,13 @@ struct DqTiles {
   }
 };
 
+// KV heads a launch under a cap of cap_bytes on the fp32 dQ sums (cuda/backward.cc), each KV
+// head's taking floats_per_kv floats: as many as fit, one at the least, all of them without a
+// cap (cap_bytes <= 0).
+inline int64_t dq_group_heads(int64_t cap_bytes, int64_t floats_per_kv, int64_t heads_kv) {
+  if (cap_bytes <= 0 || floats_per_kv <= 0) return heads_kv;
+  const int64_t fit = cap_bytes / (4 * floats_per_kv);
+  return fit < 1 ? 1 : fit > heads_kv ? heads_kv : fit;
+}
+
 }  // namespace tileattn::detail::sm90
