@@ -9,7 +9,8 @@
 // timed just before it) and in the whole path. Its gradients are checked first against the
 // library kernel's, poisoned before each run (persistent_agrees), on these shapes and on windows
 // with Lq != Lk over small grids (tiles without steps); a mismatch fails the run. Inputs: a
-// hash fill, out and lse from the library's forward.
+// hash fill, out and lse from the library's forward. Last, the library kernel's timeline CTA by
+// CTA at D = 64 and 128 without a mask (tune_sm90_bwd_probe.cu: bwd_timeline).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +25,9 @@
 #include "cuda/sm90/bwd_launch.cuh"
 #include "fill.h"
 #include "tileattn/tileattn.h"
+
+void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
+                  int steps, void* flush, size_t flush_bytes);
 
 namespace {
 
@@ -261,6 +265,21 @@ int main(int argc, char** argv) {
         std::printf(" %8.3f %8.3f %7.1f %6.3f %s\n", all_p, kern_p, tflop / kern_p, kern_lib / kern_p,
                     ok ? "yes" : "no  FAILED: the persistent kernel's gradients differ");
       }
+  std::printf("the library's kernel CTA by CTA, one launch after an L2 flush (medians, us):\n");
+  void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t{256} << 20;
+  CHECK(cudaMalloc(&flush, kFlushBytes));
+  for (int64_t D : {64, 128})
+    for (int64_t L : lengths) {
+      const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, -1};
+      forward_of(m, sh);
+      const Path path(m, sh, false);
+      path.preprocess();
+      path.zero();
+      std::printf("  D %3lld L %5lld:", static_cast<long long>(D), static_cast<long long>(L));
+      bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), flush, kFlushBytes);
+    }
+  CHECK(cudaFree(flush));
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),
                     static_cast<void*>(m.rows), static_cast<void*>(m.accum), static_cast<void*>(m.order)})
     CHECK(cudaFree(ptr));

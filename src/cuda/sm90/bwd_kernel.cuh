@@ -44,6 +44,14 @@
 
 namespace tileattn::detail::sm90 {
 
+// Points of a CTA's timeline, marked by Probe::mark(point) from the threads of the role that
+// reaches them (tests/cuda_sm90/tune_sm90_bwd_probe.cu records them); the library's kernels take
+// NoProbe, whose marks compile to nothing.
+enum BwdProbePoint { kEntered, kKvReady, kFirstStepReady, kStepsDone, kDkDvStored, kDqWritten, kLoadsIssued };
+struct NoProbe {
+  __device__ static void mark(BwdProbePoint) {}
+};
+
 // Lane 0 of the producer's second warp: each step's dQ staging, once both consumers have
 // written it, added into dq_accum by one bulk reduction, the buffer released once the
 // reduction has read it. Deterministic mode: each addition waits for its turn in the query
@@ -98,7 +106,7 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
 }
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
-template <class Smem, class T, class Mask>
+template <class Smem, class T, class Mask, class Probe = NoProbe>
 __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p, const BwdSeq& seq, int w,
                                              int n_block, const BwdSteps& st, const BwdRing& ring) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -119,6 +127,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
   mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
+  Probe::mark(kKvReady);
 
   for (int64_t i = 0; i < st.count; ++i) {
     const int64_t step = ring.step0 + i;  // the CTA's step
@@ -126,6 +135,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     const uint32_t phase = static_cast<uint32_t>((step / Smem::kStages) & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
+    if (i == 0) Probe::mark(kFirstStepReady);
     const float* lse2 = sm.rows(stage);
     const float* dsum = lse2 + kM;
     float s[kE], dp[kE];
@@ -246,6 +256,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.dq_full(buf));
   }
 
+  Probe::mark(kStepsDone);
   // Every GEMM has read K and V: a persistent CTA's loader may bring the next tile's.
   if (ring.more) mbarrier_arrive(sm.kv_empty());
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
@@ -313,7 +324,7 @@ __device__ __forceinline__ void bwd_each_tile(const BwdParams& p, const BwdTile&
 // (kv_empty), while they write its dK and dV; its Q / dO stages and dQ buffers carry on from the
 // last's. Deterministic mode waits on other CTAs' tiles, so it is launched cooperatively
 // (bwd_launch.cuh: every CTA resident).
-template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false>
+template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, class Probe = NoProbe>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -327,6 +338,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   constexpr bool kWideLoader = kVarlen && kD == 256;
   constexpr int kProducerRegs = kWideLoader ? 40 : 24, kConsumerRegs = kWideLoader ? 232 : 240;
   extern __shared__ uint8_t smem_raw[];
+  Probe::mark(kEntered);
   const Smem sm{align_smem_1024(smem_raw)};
   const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, blockIdx.x);
   if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
@@ -354,6 +366,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       each_tile([&](const BwdTile& t, const BwdRing& ring) {
         bwd_loader(sm, p, t.seq, t.st, t.n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do, ring);
       });
+      Probe::mark(kLoadsIssued);
     } else if (warp == 1 && lane == 0) {
       const DqOrder order{Mask::kMasks && p.dq_order != nullptr};
       each_tile([&](const BwdTile& t, const BwdRing& ring) {
@@ -365,6 +378,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
         bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, t.seq, t.st, t.n_block,
                                            order.deferred(t.n_block, t.st.m_begin, prev_begin), ring);
       });
+      Probe::mark(kDqWritten);
     }
     return;
   }
@@ -373,8 +387,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     if constexpr (kD == 256)
       bwd_pair_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
     else
-      bwd_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
+      bwd_consumer<Smem, T, Mask, Probe>(sm, p, t.seq, wg, t.n_block, t.st, ring);
   });
+  Probe::mark(kDkDvStored);
 #endif
 }
 

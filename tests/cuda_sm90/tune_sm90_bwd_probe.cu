@@ -1,0 +1,113 @@
+// tune_sm90_bwd_probe.cu: the sm90 backward's timeline, CTA by CTA (tune_sm90_bwd's last table).
+// The library's kernel is built here with a probe (bwd_kernel.cuh: BwdProbePoint) that marks the
+// global timer at a CTA's entry, K and V landed, the first step's Q and dO landed, the last
+// step done, dK and dV stored (consumer 0), the loads issued (the loader) and the last dQ
+// addition read (the dQ writer). One launch after the L2 is flushed: the medians say what a CTA
+// spends outside its steps, and the gap on each SM between a CTA's last mark and the next one's
+// entry what the launch of the next costs.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/sm90/bwd_launch.cuh"
+
+namespace {
+
+constexpr int kMaxCtas = 8192, kSlots = 8;  // 7 points and the SM
+__device__ unsigned long long g_marks[kMaxCtas][kSlots];
+
+struct Timeline {
+  __device__ static void mark(tileattn::detail::sm90::BwdProbePoint point) {
+    using tileattn::detail::sm90::kDqWritten;
+    const bool producer_warp = point == kDqWritten || point == tileattn::detail::sm90::kLoadsIssued;
+    if ((producer_warp ? threadIdx.x % 32 : threadIdx.x) != 0 || blockIdx.x >= kMaxCtas) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_marks[blockIdx.x][point] = t;
+    if (point == tileattn::detail::sm90::kEntered) {
+      unsigned sm_id;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));
+      g_marks[blockIdx.x][kSlots - 1] = sm_id;
+    }
+  }
+};
+
+#define CHECK(x)                                                   \
+  do {                                                             \
+    const cudaError_t err = (x);                                   \
+    if (err != cudaSuccess) {                                      \
+      std::printf("%s failed: %s\n", #x, cudaGetErrorString(err)); \
+      std::exit(1);                                                \
+    }                                                              \
+  } while (0)
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+// One probed launch of b's dense bf16 kernel (head dim 64 or 128); steps: a CTA's steps without
+// a mask. Prints a line of medians, microseconds.
+void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
+                  int steps, void* flush, size_t flush_bytes) {
+  using namespace tileattn::detail;
+  const int64_t ctas = kp.n_blocks * kp.heads_kv * kp.batch;
+  if (ctas > kMaxCtas || b.fwd.seqs.ragged() || (b.fwd.head_dim != 64 && b.fwd.head_dim != 128)) {
+    std::printf(" not probed (dense batches at head dims 64 and 128, up to %d CTAs)\n", kMaxCtas);
+    return;
+  }
+  std::vector<unsigned long long> zero(kMaxCtas * kSlots, 0);
+  CHECK(cudaMemcpyToSymbol(g_marks, zero.data(), zero.size() * sizeof(zero[0])));
+  CHECK(cudaMemset(flush, 0, flush_bytes));
+  cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
+    using Mask = typename decltype(mask)::type;
+    if (b.fwd.head_dim == 64)
+      sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Timeline>(b, kp);
+    else
+      sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Timeline>(b, kp);
+  });
+  CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> m(ctas * kSlots);
+  CHECK(cudaMemcpyFromSymbol(m.data(), g_marks, m.size() * sizeof(m[0])));
+  const auto at = [&](int64_t c, int point) { return static_cast<double>(m[c * kSlots + point]); };
+  unsigned long long t0 = ~0ull, t_end = 0;
+  std::vector<double> kv, first, steps_us, store, writer, life;
+  for (int64_t c = 0; c < ctas; ++c) {
+    t0 = std::min(t0, m[c * kSlots + sm90::kEntered]);
+    const double end =
+        std::max({at(c, sm90::kDkDvStored), at(c, sm90::kDqWritten), at(c, sm90::kLoadsIssued)});
+    t_end = std::max(t_end, static_cast<unsigned long long>(end));
+    kv.push_back(at(c, sm90::kKvReady) - at(c, sm90::kEntered));
+    first.push_back(at(c, sm90::kFirstStepReady) - at(c, sm90::kKvReady));
+    steps_us.push_back(at(c, sm90::kStepsDone) - at(c, sm90::kFirstStepReady));
+    store.push_back(at(c, sm90::kDkDvStored) - at(c, sm90::kStepsDone));
+    writer.push_back(at(c, sm90::kDqWritten) - at(c, sm90::kStepsDone));
+    life.push_back(end - at(c, sm90::kEntered));
+  }
+  // On each SM, CTAs in order of entry: the next one's entry after this one's last mark.
+  std::vector<std::vector<std::pair<double, double>>> by_sm(256);
+  for (int64_t c = 0; c < ctas; ++c)
+    by_sm[m[c * kSlots + kSlots - 1] % 256].push_back(
+        {at(c, sm90::kEntered),
+         std::max({at(c, sm90::kDkDvStored), at(c, sm90::kDqWritten), at(c, sm90::kLoadsIssued)})});
+  std::vector<double> gap;
+  for (auto& v : by_sm) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) gap.push_back(v[i].first - v[i - 1].second);
+  }
+  const double us = 1e-3;
+  std::printf(
+      "  %5lld CTAs of %3d steps: launch %7.1f | a CTA: K/V %6.2f, first Q/dO %6.2f, steps %7.2f (%5.2f a "
+      "step), "
+      "dK/dV stored %5.2f, last dQ read %5.2f, whole %7.2f | gap to the next CTA on its SM %5.2f\n",
+      static_cast<long long>(ctas), steps, (t_end - t0) * us, median(kv) * us, median(first) * us,
+      median(steps_us) * us, median(steps_us) * us / std::max(1, steps), median(store) * us,
+      median(writer) * us, median(life) * us, median(gap) * us);
+}
