@@ -86,7 +86,8 @@ run_build() {
   step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
     -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
     -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}" \
-    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DTILEATTN_BUILD_PYTHON=ON
+    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DTILEATTN_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v python3)"
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
   if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
@@ -120,8 +121,12 @@ run_install() {  # the Python package, once per run
   local module
   module=$(find "$BUILD/python" -maxdepth 1 -name "_C*.so" 2>/dev/null | head -1)
   if [[ -n "$module" && "${PIP_INSTALL:-0}" != 1 ]]; then
-    rm -rf "$BUILD/pypkg" && mkdir -p "$BUILD/pypkg" && cp -r "$ROOT/python/tileattn" "$BUILD/pypkg/" &&
-      cp "$module" "$BUILD/pypkg/tileattn/"
+    local version
+    version=$(sed -n 's/^project(tileattn VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")
+    rm -rf "$BUILD/pypkg" && mkdir -p "$BUILD/pypkg/tileattn-$version.dist-info" &&
+      cp -r "$ROOT/python/tileattn" "$BUILD/pypkg/" && cp "$module" "$BUILD/pypkg/tileattn/" &&
+      printf 'Metadata-Version: 2.1\nName: tileattn\nVersion: %s\n' "$version" \
+        >"$BUILD/pypkg/tileattn-$version.dist-info/METADATA"  # importlib.metadata's version
     export PYTHONPATH="$BUILD/pypkg${PYTHONPATH:+:$PYTHONPATH}"
     printf '%-18s the build stage'"'"'s module (%s)\n' python-package "$(basename "$module")" | tee -a "$SUMMARY" >&2
     return 0

@@ -4,13 +4,13 @@
 // conversion) and each of the four parts alone, by CUDA events over 20 calls back to back after
 // 3 (no L2 flush: the parts' shares, not the harness's rates). TFLOP/s = 2.5 x 4 B H L^2 D
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
-// whole path's time outside the kernel. At every head dim it times the persistent variant of the
-// kernel too (bwd_kernel.cuh: one CTA an SM walking the tiles), alone (over the library's kernel
-// timed just before it) and in the whole path. Its gradients are checked first against the
-// library kernel's, poisoned before each run (persistent_agrees), on these shapes and on windows
-// with Lq != Lk over small grids (tiles without steps); a mismatch fails the run. Inputs: a
-// hash fill, out and lse from the library's forward. Last, the library kernel's timeline CTA by
-// CTA at D = 64 and 128 without a mask (tune_sm90_bwd_probe.cu: bwd_timeline).
+// whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
+// times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
+// dK / dV staged in shared memory (BwdTuning::kStageDkDv) at 64 and 128. Their gradients are
+// checked first against the library kernel's, poisoned before each run (agrees), on these shapes
+// and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
+// run. Inputs: a hash fill, out and lse from the library's forward. Last, the kernel's timeline
+// CTA by CTA at D = 64 and 128 without a mask, with and without staging (tune_sm90_bwd_probe.cu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -26,8 +26,11 @@
 #include "fill.h"
 #include "tileattn/tileattn.h"
 
+// tune_sm90_bwd_probe.cu: the kernel with dK and dV staged (D = 64 and 128), and its timeline.
+void bwd_staged_kernel(const tileattn::detail::BackwardParams& b,
+                       const tileattn::detail::sm90::BwdParams& kp);
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
-                  int steps, void* flush, size_t flush_bytes);
+                  int steps, bool staged, void* flush, size_t flush_bytes);
 
 namespace {
 
@@ -60,14 +63,15 @@ struct Shape {
 };
 
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
-// cuda/backward.cc), with the library's kernel or the persistent one (over `ctas` CTAs: 0, the
-// launch's choice).
+// cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
+// launch's choice) or the one with dK and dV staged (D = 64 and 128).
+enum class Variant { kLibrary, kPersistent, kStaged };
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
   sm90::BwdParams kp;
   int64_t accum_floats = 0, tiles = 0, ctas = 0;
-  bool persistent = false;
+  Variant variant = Variant::kLibrary;
 
   Path(const Buffers& m, const Shape& sh, bool deterministic) {
     AttnParams& p = b.fwd;
@@ -99,7 +103,8 @@ struct Path {
     if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
   }
   void kernel() const {
-    if (!persistent) return sm90::backward(b, kp);
+    if (variant == Variant::kLibrary) return sm90::backward(b, kp);
+    if (variant == Variant::kStaged) return bwd_staged_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
@@ -141,18 +146,18 @@ void gradients(const Buffers& m, const Shape& sh, const Path& run, std::vector<u
   CHECK(cudaMemcpy(out->data() + nq + nk, m.dv, nk * 2, cudaMemcpyDeviceToHost));
 }
 
-// Whether the persistent kernel (over ctas CTAs) gives the library kernel's gradients for sh:
-// in deterministic mode the same bits of all three; otherwise dK and dV (each one CTA's) the same
-// bits, dQ (its additions race) within a bf16 step of its largest magnitude.
-bool persistent_agrees(const Buffers& m, const Shape& sh, int64_t ctas, std::vector<uint16_t>* a,
-                       std::vector<uint16_t>* b) {
+// Whether a variant's kernel (persistent: over ctas CTAs) gives the library kernel's gradients for
+// sh: in deterministic mode the same bits of all three; otherwise dK and dV (each one CTA's) the
+// same bits, dQ (its additions race) within a bf16 step of its largest magnitude.
+bool agrees(const Buffers& m, const Shape& sh, Variant variant, int64_t ctas, std::vector<uint16_t>* a,
+            std::vector<uint16_t>* b) {
   const int64_t nq = sh.q_elems(), n = nq + 2 * sh.k_elems();
   bool ok = true;
   for (bool deterministic : {true, false}) {
     Path path(m, sh, deterministic);
     path.ctas = ctas;
     gradients(m, sh, path, a);
-    path.persistent = true;
+    path.variant = variant;
     gradients(m, sh, path, b);
     const int64_t from = deterministic ? 0 : nq;
     ok &= std::equal(a->begin() + from, a->begin() + n, b->begin() + from);
@@ -223,23 +228,27 @@ int main(int argc, char** argv) {
     for (Shape sh : checks) {
       sh.D = D;
       forward_of(m, sh);
-      for (int64_t ctas : {1, 2, 3, 7, 13, 0}) {
-        const bool ok = persistent_agrees(m, sh, ctas, &first, &again);
+      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1}) {  // -1: the staged variant (D = 64 and 128)
+        if (ctas < 0 && D == 256) continue;
+        const bool ok =
+            agrees(m, sh, ctas < 0 ? Variant::kStaged : Variant::kPersistent, ctas, &first, &again);
         failed |= !ok;
         if (!ok)
-          std::printf(
-              "FAILED: persistent at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
-              static_cast<long long>(D), static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
-              static_cast<long long>(sh.Lk), static_cast<long long>(sh.H), static_cast<long long>(sh.left),
-              static_cast<long long>(sh.right), static_cast<long long>(ctas));
+          std::printf("FAILED: %s at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
+                      ctas < 0 ? "staged" : "persistent", static_cast<long long>(D),
+                      static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
+                      static_cast<long long>(sh.Lk), static_cast<long long>(sh.H),
+                      static_cast<long long>(sh.left), static_cast<long long>(sh.right),
+                      static_cast<long long>(ctas));
       }
     }
-  std::printf("persistent walk against the library's kernel, windows and small grids: %s\n",
-              failed ? "FAILED" : "the same gradients");
+  std::printf(
+      "persistent walk and staged dK / dV against the library's kernel, windows and small grids: %s\n",
+      failed ? "FAILED" : "the same gradients");
 
   std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
               "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed",
-              "persistent: all ms, kernel ms, kernel TFLOP/s, over the library's kernel, agrees");
+              "over the library's kernel: persistent, staged dK / dV (agree)");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -256,29 +265,34 @@ int main(int argc, char** argv) {
                     static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
                     static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
                     conv, tflop / kern, 100.0 * (all - kern) / all);
-        const bool ok = persistent_agrees(m, sh, 0, &first, &again);
-        failed |= !ok;
-        const float kern_lib = time_ms([&] { path.kernel(); });  // beside the persistent kernel's
-        path.persistent = true;
-        const float kern_p = time_ms([&] { path.kernel(); });
-        const float all_p = time_ms([&] { path.all(); });
-        std::printf(" %8.3f %8.3f %7.1f %6.3f %s\n", all_p, kern_p, tflop / kern_p, kern_lib / kern_p,
-                    ok ? "yes" : "no  FAILED: the persistent kernel's gradients differ");
+        for (Variant v : {Variant::kPersistent, Variant::kStaged}) {
+          if (v == Variant::kStaged && D == 256) continue;
+          const bool ok = agrees(m, sh, v, 0, &first, &again);
+          failed |= !ok;
+          path.variant = Variant::kLibrary;
+          const float kern_lib = time_ms([&] { path.kernel(); });  // just before the variant's
+          path.variant = v;
+          const float kern_v = time_ms([&] { path.kernel(); });
+          std::printf(" %6.3f (%s)", kern_lib / kern_v, ok ? "yes" : "no: FAILED");
+        }
+        std::printf("\n");
       }
-  std::printf("the library's kernel CTA by CTA, one launch after an L2 flush (medians, us):\n");
+  std::printf("the kernel CTA by CTA, one launch after an L2 flush (medians, us):\n");
   void* flush = nullptr;
   constexpr size_t kFlushBytes = size_t{256} << 20;
   CHECK(cudaMalloc(&flush, kFlushBytes));
   for (int64_t D : {64, 128})
-    for (int64_t L : lengths) {
-      const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, -1};
-      forward_of(m, sh);
-      const Path path(m, sh, false);
-      path.preprocess();
-      path.zero();
-      std::printf("  D %3lld L %5lld:", static_cast<long long>(D), static_cast<long long>(L));
-      bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), flush, kFlushBytes);
-    }
+    for (int64_t L : lengths)
+      for (bool staged : {false, true}) {
+        const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, -1};
+        forward_of(m, sh);
+        const Path path(m, sh, false);
+        path.preprocess();
+        path.zero();
+        std::printf("  D %3lld L %5lld %s:", static_cast<long long>(D), static_cast<long long>(L),
+                    staged ? "staged " : "library");
+        bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), staged, flush, kFlushBytes);
+      }
   CHECK(cudaFree(flush));
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),
                     static_cast<void*>(m.rows), static_cast<void*>(m.accum), static_cast<void*>(m.order)})

@@ -20,7 +20,7 @@ namespace {
 constexpr int kMaxCtas = 8192, kSlots = 8;  // 7 points and the SM
 __device__ unsigned long long g_marks[kMaxCtas][kSlots];
 
-struct Timeline {
+struct Timeline : tileattn::detail::sm90::BwdTuning {
   __device__ static void mark(tileattn::detail::sm90::BwdProbePoint point) {
     using tileattn::detail::sm90::kDqWritten;
     const bool producer_warp = point == kDqWritten || point == tileattn::detail::sm90::kLoadsIssued;
@@ -35,6 +35,25 @@ struct Timeline {
     }
   }
 };
+
+struct Staged : tileattn::detail::sm90::BwdTuning {
+  static constexpr bool kStageDkDv = true;
+};
+struct StagedTimeline : Timeline {
+  static constexpr bool kStageDkDv = true;
+};
+
+template <class Tuning>
+void launch(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp) {
+  using namespace tileattn::detail;
+  cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
+    using Mask = typename decltype(mask)::type;
+    if (b.fwd.head_dim == 64)
+      sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Tuning>(b, kp);
+    else
+      sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Tuning>(b, kp);
+  });
+}
 
 #define CHECK(x)                                                   \
   do {                                                             \
@@ -53,10 +72,17 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-// One probed launch of b's dense bf16 kernel (head dim 64 or 128); steps: a CTA's steps without
-// a mask. Prints a line of medians, microseconds.
+// The kernel with dK and dV staged in shared memory (BwdTuning::kStageDkDv), dense bf16 batches
+// at head dims 64 and 128.
+void bwd_staged_kernel(const tileattn::detail::BackwardParams& b,
+                       const tileattn::detail::sm90::BwdParams& kp) {
+  launch<Staged>(b, kp);
+}
+
+// One probed launch of b's dense bf16 kernel (head dim 64 or 128; staged: dK and dV staged);
+// steps: a CTA's steps without a mask. Prints a line of medians, microseconds.
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
-                  int steps, void* flush, size_t flush_bytes) {
+                  int steps, bool staged, void* flush, size_t flush_bytes) {
   using namespace tileattn::detail;
   const int64_t ctas = kp.n_blocks * kp.heads_kv * kp.batch;
   if (ctas > kMaxCtas || b.fwd.seqs.ragged() || (b.fwd.head_dim != 64 && b.fwd.head_dim != 128)) {
@@ -66,13 +92,10 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
   std::vector<unsigned long long> zero(kMaxCtas * kSlots, 0);
   CHECK(cudaMemcpyToSymbol(g_marks, zero.data(), zero.size() * sizeof(zero[0])));
   CHECK(cudaMemset(flush, 0, flush_bytes));
-  cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
-    using Mask = typename decltype(mask)::type;
-    if (b.fwd.head_dim == 64)
-      sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Timeline>(b, kp);
-    else
-      sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Timeline>(b, kp);
-  });
+  if (staged)
+    launch<StagedTimeline>(b, kp);
+  else
+    launch<Timeline>(b, kp);
   CHECK(cudaDeviceSynchronize());
   std::vector<unsigned long long> m(ctas * kSlots);
   CHECK(cudaMemcpyFromSymbol(m.data(), g_marks, m.size() * sizeof(m[0])));

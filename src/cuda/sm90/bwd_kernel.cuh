@@ -44,13 +44,45 @@
 
 namespace tileattn::detail::sm90 {
 
-// Points of a CTA's timeline, marked by Probe::mark(point) from the threads of the role that
-// reaches them (tests/cuda_sm90/tune_sm90_bwd_probe.cu records them); the library's kernels take
-// NoProbe, whose marks compile to nothing.
+// Points of a CTA's timeline, marked by Tuning::mark(point) from the threads of the role that
+// reaches them (tests/cuda_sm90/tune_sm90_bwd_probe.cu records them).
 enum BwdProbePoint { kEntered, kKvReady, kFirstStepReady, kStepsDone, kDkDvStored, kDqWritten, kLoadsIssued };
-struct NoProbe {
+// The kernel's tuning knobs (tests/cuda_sm90/tune_sm90_bwd*.cu derive variants): the library's
+// kernels take these, whose marks compile to nothing. kStageDkDv (D = 64 and 128, one CTA a
+// tile): dK and dV through the free Q / dO stages, 16-byte row stores (bwd_store_staged),
+// instead of 4-byte stores straight from the accumulators.
+struct BwdTuning {
+  static constexpr bool kStageDkDv = false;
   __device__ static void mark(BwdProbePoint) {}
 };
+
+// A consumer's dK (times scale) and dV for its 64 keys (k0 on: keys past len_k not written)
+// through `tile` (2 x 64 x kD elements of shared memory no other role uses now): each thread's
+// accumulator pairs into rows of 16-byte chunks, chunk c of row r at c ^ (r % 8) (the pairs of a
+// warp's store fall in 32 banks), the warpgroup's barrier (bar_id), then 16 bytes of a row a
+// thread.
+template <int kD, class T>
+__device__ __forceinline__ void bwd_store_staged(const float (&dk)[kD / 2], const float (&dv)[kD / 2],
+                                                 T* tile, int bar_id, float scale, T* dk_out, int64_t dk_sl,
+                                                 T* dv_out, int64_t dv_sl, int k0, int len_k) {
+  constexpr int kChunks = kD / 8;
+  const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
+  const auto at = [](int r, int c) { return r * kD + (((c / 8) ^ (r % 8)) * 8) + c % 8; };
+#pragma unroll
+  for (int e = 0; e < kD / 2; e += 2) {
+    const int r = acc_row(e, warp, lane), c = acc_col(e, lane);
+    *reinterpret_cast<uint32_t*>(tile + at(r, c)) = cuda::pack2<T>(dk[e] * scale, dk[e + 1] * scale);
+    *reinterpret_cast<uint32_t*>(tile + 64 * kD + at(r, c)) = cuda::pack2<T>(dv[e], dv[e + 1]);
+  }
+  named_sync(bar_id, kWarpgroupThreads);
+#pragma unroll 4
+  for (int i = tid; i < 2 * 64 * kChunks; i += kWarpgroupThreads) {
+    const int grad = i / (64 * kChunks), r = i / kChunks % 64, c = 8 * (i % kChunks);
+    if (k0 + r >= len_k) continue;
+    T* out = grad == 0 ? dk_out + (k0 + r) * dk_sl : dv_out + (k0 + r) * dv_sl;
+    *reinterpret_cast<uint4*>(out + c) = *reinterpret_cast<const uint4*>(tile + grad * 64 * kD + at(r, c));
+  }
+}
 
 // Lane 0 of the producer's second warp: each step's dQ staging, once both consumers have
 // written it, added into dq_accum by one bulk reduction, the buffer released once the
@@ -106,7 +138,7 @@ __device__ __forceinline__ void bwd_dq_writer(const Smem& sm, const BwdParams& p
 }
 
 // A consumer warpgroup: its 64 keys' dK and dV over the steps, and its part of each step's dQ.
-template <class Smem, class T, class Mask, class Probe = NoProbe>
+template <class Smem, class T, class Mask, class Tuning = BwdTuning>
 __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p, const BwdSeq& seq, int w,
                                              int n_block, const BwdSteps& st, const BwdRing& ring) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -127,7 +159,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
   mbarrier_wait<false>(sm.kv_full(), ring.tile & 1);
-  Probe::mark(kKvReady);
+  Tuning::mark(kKvReady);
 
   for (int64_t i = 0; i < st.count; ++i) {
     const int64_t step = ring.step0 + i;  // the CTA's step
@@ -135,7 +167,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     const uint32_t phase = static_cast<uint32_t>((step / Smem::kStages) & 1);
     const int q0 = st.block(i) * kM;
     mbarrier_wait<false>(sm.qdo_full(stage), phase);
-    if (i == 0) Probe::mark(kFirstStepReady);
+    if (i == 0) Tuning::mark(kFirstStepReady);
     const float* lse2 = sm.rows(stage);
     const float* dsum = lse2 + kM;
     float s[kE], dp[kE];
@@ -256,12 +288,22 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.dq_full(buf));
   }
 
-  Probe::mark(kStepsDone);
+  Tuning::mark(kStepsDone);
   // Every GEMM has read K and V: a persistent CTA's loader may bring the next tile's.
   if (ring.more) mbarrier_arrive(sm.kv_empty());
   // dK (times the scale) and dV, 2 elements a store, keys past the sequence not written.
   T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh + seq.k_start * p.dk_sl;
   T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl;
+  if constexpr (Tuning::kStageDkDv) {
+    // The stages are free: every step's GEMMs of both consumers are done (named barrier 2) and
+    // the loader has nothing more to bring (one tile a CTA: no persistent walk).
+    static_assert(2 * Smem::kStages * Smem::kQBytes >= 2 * 2 * 64 * kD * 2,
+                  "dK and dV of both in the stages");
+    T* tile = reinterpret_cast<T*>(sm.q(0)) + w * 2 * 64 * kD;
+    bwd_store_staged<kD, T>(dk, dv, tile, 5 + w, p.scale, dk_out, p.dk_sl, dv_out, p.dv_sl, k0 + 64 * w,
+                            len_k);
+    return;
+  }
 #pragma unroll
   for (int e = 0; e < kD / 2; e += 2) {
     const int key = k0 + 64 * w + acc_row(e, warp, lane), c = acc_col(e, lane);
@@ -324,7 +366,7 @@ __device__ __forceinline__ void bwd_each_tile(const BwdParams& p, const BwdTile&
 // (kv_empty), while they write its dK and dV; its Q / dO stages and dQ buffers carry on from the
 // last's. Deterministic mode waits on other CTAs' tiles, so it is launched cooperatively
 // (bwd_launch.cuh: every CTA resident).
-template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, class Probe = NoProbe>
+template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, class Tuning = BwdTuning>
 __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     attention_bwd_sm90(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -332,13 +374,14 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = BwdSmem<kD>;
   static_assert(!kPersistent || !kVarlen, "persistent CTAs: dense batches");
+  static_assert(!kPersistent || !Tuning::kStageDkDv, "staged dK / dV: the stages are the next tile's");
   // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
   // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's
   // wgmmas are serialized at 232, D = 64's consumers spill).
   constexpr bool kWideLoader = kVarlen && kD == 256;
   constexpr int kProducerRegs = kWideLoader ? 40 : 24, kConsumerRegs = kWideLoader ? 232 : 240;
   extern __shared__ uint8_t smem_raw[];
-  Probe::mark(kEntered);
+  Tuning::mark(kEntered);
   const Smem sm{align_smem_1024(smem_raw)};
   const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, blockIdx.x);
   if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
@@ -366,7 +409,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
       each_tile([&](const BwdTile& t, const BwdRing& ring) {
         bwd_loader(sm, p, t.seq, t.st, t.n_block * Smem::kN, &tm_q, &tm_k, &tm_v, &tm_do, ring);
       });
-      Probe::mark(kLoadsIssued);
+      Tuning::mark(kLoadsIssued);
     } else if (warp == 1 && lane == 0) {
       const DqOrder order{Mask::kMasks && p.dq_order != nullptr};
       each_tile([&](const BwdTile& t, const BwdRing& ring) {
@@ -378,7 +421,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
         bwd_dq_writer<Smem, Mask, kVarlen>(sm, p, t.seq, t.st, t.n_block,
                                            order.deferred(t.n_block, t.st.m_begin, prev_begin), ring);
       });
-      Probe::mark(kDqWritten);
+      Tuning::mark(kDqWritten);
     }
     return;
   }
@@ -387,9 +430,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
     if constexpr (kD == 256)
       bwd_pair_consumer<Smem, T, Mask>(sm, p, t.seq, wg, t.n_block, t.st, ring);
     else
-      bwd_consumer<Smem, T, Mask, Probe>(sm, p, t.seq, wg, t.n_block, t.st, ring);
+      bwd_consumer<Smem, T, Mask, Tuning>(sm, p, t.seq, wg, t.n_block, t.st, ring);
   });
-  Probe::mark(kDkDvStored);
+  Tuning::mark(kDkDvStored);
 #endif
 }
 

@@ -34,9 +34,9 @@ inline int64_t bwd_persistent_ctas(int64_t tiles, int64_t n_blocks, int sm_count
 // kPersistent: one CTA an SM walking the tiles (a tuning variant, bwd_kernel.cuh), launched
 // cooperatively: every CTA resident at once, which deterministic mode's waits on other CTAs'
 // tiles need (the launch fails rather than run part of the grid). persistent_ctas > 0 sets its
-// grid (clamped to the tiles and the SMs; tests walk tiles over small grids). Probe: marks of
-// each CTA's timeline (bwd_kernel.cuh; tuning only).
-template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, class Probe = NoProbe>
+// grid (clamped to the tiles and the SMs; tests walk tiles over small grids). Tuning: the
+// kernel's tuning knobs and timeline marks (bwd_kernel.cuh: BwdTuning).
+template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, class Tuning = BwdTuning>
 void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent_ctas = 0) {
   const AttnParams& p = b.fwd;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -51,9 +51,9 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent
   const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
   constexpr int kSmem = BwdSmem<kD>::kBytes;
-  auto* const kernel = &attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Probe>;
-  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Probe>>(kSmem,
-                                                                                            p.device_index);
+  auto* const kernel = &attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Tuning>;
+  cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Tuning>>(kSmem,
+                                                                                             p.device_index);
   const int64_t tiles = kp.n_blocks * kp.heads_kv * kp.batch;
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if constexpr (!kPersistent) {
