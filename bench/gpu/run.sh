@@ -82,12 +82,13 @@ in_time() {  # in_time STAGE: false (and noted) once the deadline has passed
   fi
 }
 
-run_build() {
-  step configure 180 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
-    -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON \
-    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}" \
-    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DTILEATTN_BUILD_PYTHON=ON \
-    -DPython_EXECUTABLE="$(command -v python3)"
+run_build() {  # with the Python extension where this Python can build it (run_install), else without
+  local options=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON
+    -DTILEATTN_CUDA_ARCHITECTURES="$ARCH" -DTILEATTN_BUILD_TESTS=ON -DTILEATTN_BUILD_TOOLS=ON
+    -DTILEATTN_SM90_FORWARD="${SM90_FORWARD:-ON}" -DTILEATTN_SM90_TUNE="${SM90_TUNE:-OFF}"
+    -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DPython_EXECUTABLE="$(command -v python3)")
+  step configure 180 cmake "${options[@]}" -DTILEATTN_BUILD_PYTHON=ON ||
+    step configure-nopy 180 cmake "${options[@]}" -DTILEATTN_BUILD_PYTHON=OFF
   step build 420 cmake --build "$BUILD" -j "$(nproc)"
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
   if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
