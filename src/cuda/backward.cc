@@ -67,10 +67,10 @@ BackwardParams kv_head_group(const BackwardParams& b, int64_t h0, int64_t n) {
   return c;
 }
 
-// The sm90 backward: dq_accum (and dq_order in deterministic mode) zeroed on the stream, the
-// kernel, then dq from dq_accum. Those fp32 sums take 4 x B x Hq x Lq x D bytes; with a cap
-// (set_sm90_backward_dq_cap) the KV heads go in groups whose sums fit it (one at the least),
-// a launch and a conversion a group, through one buffer.
+// The sm90 backward: the preprocessing, which zeroes dq_accum (and dq_order in deterministic
+// mode) in the same pass, the kernel, then dq from dq_accum. Those fp32 sums take 4 x B x Hq x
+// Lq x D bytes; with a cap (set_sm90_backward_dq_cap) the KV heads go in groups whose sums fit
+// it (one at the least), a launch and a conversion a group, through one buffer.
 void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cudaStream_t stream) {
   const AttnParams& p = b.fwd;
   const sm90::BwdParams whole = sm90::bwd_params(b, k);
@@ -91,7 +91,10 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
     sm90::BwdParams kp = sm90::bwd_params(c, kc);
     kp.dq_accum = scratch.data();
     kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;
-    TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, (accum + orders) * sizeof(float), stream));
+    if (h0 == 0)  // the per-row values, and the first group's sums zeroed in the same pass
+      sm80::bwd_preprocess(k, p.dtype, stream, scratch.data(), accum + orders);
+    else
+      TILEATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, (accum + orders) * sizeof(float), stream));
     sm90::backward(c, kp);
     sm90::dq_from_accum(c, kp);
   }
@@ -117,15 +120,15 @@ void backward(const BackwardParams& b, bool sm90) {
   const StreamBuffer workspace(2 * rows, stream);  // lse2, then dsum
   const sm80::BwdKernelParams kp = sm80::make_bwd_params(
       b, workspace.data(), workspace.data() == nullptr ? nullptr : workspace.data() + rows);
-  sm80::bwd_preprocess(kp, p.dtype, p.cuda_stream);
   if (sm90) {
 #if defined(TILEATTN_SM90_BACKWARD)
-    backward_sm90(b, kp, stream);
+    backward_sm90(b, kp, stream);  // the preprocessing there, zeroing the dQ sums too
     return;
 #else
     throw RuntimeError("this build has no sm90 backward");
 #endif
   }
+  sm80::bwd_preprocess(kp, p.dtype, p.cuda_stream);
   switch (sm80::bwd_padded_head_dim(p.head_dim)) {
     case 64:
       sm80::backward_hdim<64>(b, kp);

@@ -1,7 +1,8 @@
 // tune_sm90_bwd [L...]: where the sm90 backward's time goes. At D = 64, 128 and 256 (bf16, hidden
 // 2048, H = 2048 / D, B = 16384 / L, causal off and on; default L: 512 1024 4096 16384) it times
-// the library's whole sm90 path (cuda/backward.cc: preprocessing, dQ sums zeroed, kernel,
-// conversion) and each of the four parts alone, by CUDA events over 20 calls back to back after
+// the library's whole sm90 path (cuda/backward.cc: preprocessing, which zeroes the dQ sums in the
+// same pass, kernel, conversion) and each part alone (the preprocessing without and with the
+// zeroing, and a memset of the sums beside them), by CUDA events over 20 calls back to back after
 // 3 (no L2 flush: the parts' shares, not the harness's rates). TFLOP/s = 2.5 x 4 B H L^2 D
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
 // whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
@@ -98,6 +99,10 @@ struct Path {
     kp.dq_order = deterministic ? m.order : nullptr;
   }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
+  void preprocess_zeroing() const {  // the library's: the dQ sums zeroed in the same pass
+    sm80::bwd_preprocess(k, DType::kBFloat16, nullptr, kp.dq_accum, accum_floats);
+    if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
+  }
   void zero() const {
     CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float)));
     if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
@@ -117,8 +122,7 @@ struct Path {
   }
   void convert() const { sm90::dq_from_accum(b, kp); }
   void all() const {
-    preprocess();
-    zero();
+    preprocess_zeroing();
     kernel();
     convert();
   }
@@ -246,9 +250,9 @@ int main(int argc, char** argv) {
       "persistent walk and staged dK / dV against the library's kernel, windows and small grids: %s\n",
       failed ? "FAILED" : "the same gradients");
 
-  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
-              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "kernel", "convert", "kernel", "fixed",
-              "over the library's kernel: persistent, staged dK / dV (agree)");
+  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
+              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel",
+              "fixed", "over the library's kernel: persistent, staged dK / dV (agree)");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -258,13 +262,15 @@ int main(int argc, char** argv) {
         const float all = time_ms([&] { path.all(); });
         const float pre = time_ms([&] { path.preprocess(); });
         const float zero = time_ms([&] { path.zero(); });
+        const float both = time_ms([&] { path.preprocess_zeroing(); });
         const float kern = time_ms([&] { path.kernel(); });
         const float conv = time_ms([&] { path.convert(); });
         const double tflop = 2.5 * 4.0 * sh.B * sh.H * L * L * D / (causal ? 2 : 1) / 1e9;
-        std::printf("%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%% |",
-                    static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
-                    static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, kern,
-                    conv, tflop / kern, 100.0 * (all - kern) / all);
+        std::printf(
+            "%4lld %6lld %5lld %4lld %6d | %8.3f %7.1f | %10.3f %9.3f %9.3f %9.3f %9.3f | %8.1f %6.1f%% |",
+            static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
+            static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, both, kern,
+            conv, tflop / kern, 100.0 * (all - kern) / all);
         for (Variant v : {Variant::kPersistent, Variant::kStaged}) {
           if (v == Variant::kStaged && D == 256) continue;
           const bool ok = agrees(m, sh, v, 0, &first, &again);

@@ -34,7 +34,8 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
 // at head dim 64 a warp takes 4 rows at once, every lane loading (a warp a row left 24 lanes idle
 // and ran at a quarter of the bandwidth at D = 64).
 template <class T>
-__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelParams p, int group) {
+__global__ void __launch_bounds__(256)
+    bwd_preprocess_kernel(const BwdKernelParams p, int group, float* zero, int64_t zero_floats) {
   const cuda::KernelParams& f = p.f;
   const int lane = threadIdx.x & 31, sub = lane & (group - 1);
   const int64_t rows = p.part_batch * f.heads_q * p.part_len, per_warp = 32 / group;
@@ -58,22 +59,31 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdKernelPara
       p.lse2[w] = lse == -INFINITY ? 0.0f : lse * kLog2e;
     }
   }
+  // The zeroing after the rows' loads, over every thread of the grid.
+  const int64_t threads = int64_t{gridDim.x} * blockDim.x,
+                first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < zero_floats / 4; i += threads)
+    reinterpret_cast<float4*>(zero)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (first < zero_floats % 4) zero[zero_floats / 4 * 4 + first] = 0.0f;
 }
 
 }  // namespace
 
-void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream) {
+void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream, float* zero, int64_t zero_floats) {
   const int64_t rows = kp.part_batch * kp.f.heads_q * kp.part_len;
-  if (rows == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0) {
+    if (zero_floats > 0) TILEATTN_CUDA_CHECK(cudaMemsetAsync(zero, 0, zero_floats * sizeof(float), s));
+    return;
+  }
   int group = 1;
   while (group < 32 && group < kp.f.d_chunks) group *= 2;
   const int64_t per_block = 8 * (32 / group), blocks = (rows + per_block - 1) / per_block;
   const dim3 grid(static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20)));
-  const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBFloat16)
-    bwd_preprocess_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>(kp, group);
+    bwd_preprocess_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>(kp, group, zero, zero_floats);
   else
-    bwd_preprocess_kernel<__half><<<grid, 256, 0, s>>>(kp, group);
+    bwd_preprocess_kernel<__half><<<grid, 256, 0, s>>>(kp, group, zero, zero_floats);
   TILEATTN_CUDA_CHECK_LAUNCH();
 }
 

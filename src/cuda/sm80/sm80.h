@@ -18,7 +18,10 @@ extern template void forward_hdim<256>(const AttnParams&);
 
 // The backward (bwd_kernel.cuh): the preprocessing of kp's rows, then the dK/dV and dQ kernels
 // compiled for head dim kHeadDim (64, 128, 256; smaller head dims run padded), on the stream.
-void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream);
+// The preprocessing zeroes zero[0, zero_floats) in the same pass (the sm90 backward's fp32 dQ
+// sums; zero 16-byte aligned).
+void bwd_preprocess(const BwdKernelParams& kp, DType dtype, void* stream, float* zero = nullptr,
+                    int64_t zero_floats = 0);
 template <int kHeadDim>
 void backward_hdim(const BackwardParams& b, const BwdKernelParams& kp);
 extern template void backward_hdim<64>(const BackwardParams&, const BwdKernelParams&);
