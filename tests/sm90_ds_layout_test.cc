@@ -115,6 +115,49 @@ TEST(Sm90DsLayout, DqTilesGiveEveryQueryBlockItsOwnTileAndFindItBack) {
       }
 }
 
+// Staged dK / dV (bwd_kernel.cuh: bwd_store_staged): every (key, column) of a consumer's 64 x D
+// tile written once by the accumulator pairs and read back by the 16-byte row chunks at its own
+// place; a warp's pair stores and each 8 threads' chunk reads (a 128-byte phase) hit distinct
+// banks.
+TEST(Sm90DsLayout, StagedDkDvCoversTheTileWithoutBankConflicts) {
+  for (int head_dim : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    std::vector<int> owner(64 * head_dim, -1);  // the (row, column) each element offset holds
+    for (int warp = 0; warp < 4; ++warp)
+      for (int e = 0; e < head_dim / 2; e += 2) {
+        std::vector<int> banks;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int r = acc_row(e, warp, lane), c = acc_col(e, lane);
+          ASSERT_EQ(acc_row(e + 1, warp, lane), r);
+          ASSERT_EQ(acc_col(e + 1, lane), c + 1);
+          const int off = dkdv_stage_offset(r, c, head_dim);
+          ASSERT_EQ(off % 2, 0);
+          ASSERT_EQ(dkdv_stage_offset(r, c + 1, head_dim), off + 1);
+          for (int j = 0; j < 2; ++j) {
+            ASSERT_EQ(owner[off + j], -1) << "offset " << off + j << " twice";
+            owner[off + j] = r * head_dim + c + j;
+          }
+          banks.push_back(off / 2 % 32);  // 4-byte words
+        }
+        std::sort(banks.begin(), banks.end());
+        ASSERT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << "warp " << warp << " e " << e;
+      }
+    const int chunks = head_dim / 8;
+    for (int i = 0; i < 64 * chunks; i += 8) {  // threads i .. i + 7: one 128-byte phase
+      std::vector<int> banks;
+      for (int t = i; t < i + 8; ++t) {
+        const int r = t / chunks, c = 8 * (t % chunks), off = dkdv_stage_offset(r, c, head_dim);
+        ASSERT_EQ(off % 8, 0);
+        for (int j = 0; j < 8; ++j)
+          ASSERT_EQ(owner[off + j], r * head_dim + c + j) << "row " << r << " col " << c;
+        banks.push_back(off / 8 % 8);  // 16-byte bank groups
+      }
+      std::sort(banks.begin(), banks.end());
+      ASSERT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << "threads " << i;
+    }
+  }
+}
+
 // Under a cap on the fp32 dQ sums the KV heads go in groups of as many as fit, one at the least.
 TEST(Sm90DqLayout, KvHeadGroupsFitTheCap) {
   const int64_t per_kv = 2 * 5 * 64 * 128;  // floats of one KV head's sums

@@ -58,16 +58,15 @@ struct BwdTuning {
 
 // A consumer's dK (times scale) and dV for its 64 keys (k0 on: keys past len_k not written)
 // through `tile` (2 x 64 x kD elements of shared memory no other role uses now): each thread's
-// accumulator pairs into rows of 16-byte chunks, chunk c of row r at c ^ (r % 8) (the pairs of a
-// warp's store fall in 32 banks), the warpgroup's barrier (bar_id), then 16 bytes of a row a
-// thread.
+// accumulator pairs into rows of swizzled 16-byte chunks (bwd_layout.h: dkdv_stage_offset), the
+// warpgroup's barrier (bar_id), then 16 bytes of a row a thread.
 template <int kD, class T>
 __device__ __forceinline__ void bwd_store_staged(const float (&dk)[kD / 2], const float (&dv)[kD / 2],
                                                  T* tile, int bar_id, float scale, T* dk_out, int64_t dk_sl,
                                                  T* dv_out, int64_t dv_sl, int k0, int len_k) {
   constexpr int kChunks = kD / 8;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
-  const auto at = [](int r, int c) { return r * kD + (((c / 8) ^ (r % 8)) * 8) + c % 8; };
+  const auto at = [](int r, int c) { return dkdv_stage_offset(r, c, kD); };
 #pragma unroll
   for (int e = 0; e < kD / 2; e += 2) {
     const int r = acc_row(e, warp, lane), c = acc_col(e, lane);

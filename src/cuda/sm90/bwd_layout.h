@@ -26,6 +26,14 @@ TILEATTN_HD int ds_stmatrix_offset(int m, int warp, int lane) {
   return ds_offset(c, key);
 }
 
+// dK or dV of a consumer's 64 keys staged in shared memory (BwdTuning::kStageDkDv): the element
+// offset of (key r, column c) in rows of head_dim elements, 16-byte chunk c / 8 of row r at
+// chunk (c / 8) ^ (r % 8), so a warp's accumulator pairs (8 rows, 4 lanes a row) and 8 threads'
+// 16-byte reads of one row each fall in distinct banks.
+TILEATTN_HD int dkdv_stage_offset(int r, int c, int head_dim) {
+  return r * head_dim + (((c / 8) ^ (r % 8)) * 8) + c % 8;
+}
+
 // Part w of a step's dQ tile (block_m x head_dim in 64 x 64 parts): at D = 128 and 256 the
 // columns 64 w on over all 64 rows (consumer w computes part w at D = 128, parts 2w and 2w + 1 at
 // D = 256), at D = 64 (block_m 128) the row half w over all 64 columns.
