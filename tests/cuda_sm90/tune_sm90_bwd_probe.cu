@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "cuda/check.h"
 #include "cuda/sm90/bwd_launch.cuh"
 
 namespace {
@@ -55,15 +55,6 @@ void launch(const tileattn::detail::BackwardParams& b, const tileattn::detail::s
   });
 }
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    const cudaError_t err = (x);                                   \
-    if (err != cudaSuccess) {                                      \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(err)); \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -90,15 +81,15 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
     return;
   }
   std::vector<unsigned long long> zero(kMaxCtas * kSlots, 0);
-  CHECK(cudaMemcpyToSymbol(g_marks, zero.data(), zero.size() * sizeof(zero[0])));
-  CHECK(cudaMemset(flush, 0, flush_bytes));
+  TILEATTN_CUDA_CHECK(cudaMemcpyToSymbol(g_marks, zero.data(), zero.size() * sizeof(zero[0])));
+  TILEATTN_CUDA_CHECK(cudaMemset(flush, 0, flush_bytes));
   if (staged)
     launch<StagedTimeline>(b, kp);
   else
     launch<Timeline>(b, kp);
-  CHECK(cudaDeviceSynchronize());
+  TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<unsigned long long> m(ctas * kSlots);
-  CHECK(cudaMemcpyFromSymbol(m.data(), g_marks, m.size() * sizeof(m[0])));
+  TILEATTN_CUDA_CHECK(cudaMemcpyFromSymbol(m.data(), g_marks, m.size() * sizeof(m[0])));
   const auto at = [&](int64_t c, int point) { return static_cast<double>(m[c * kSlots + point]); };
   unsigned long long t0 = ~0ull, t_end = 0;
   std::vector<double> kv, first, steps_us, store, writer, life;
