@@ -124,15 +124,17 @@ TEST(IsaLevel, HonorsEnvironmentCap) {
   const char* cap = std::getenv("TILEATTN_CPU_ISA");
   const std::string isa = cpu_isa();
   RecordProperty("cpu_isa", isa);
-  EXPECT_TRUE(isa == "avx512bf16" || isa == "avx512" || isa == "avx2" || isa == "generic") << isa;
+  EXPECT_TRUE(isa == "amx" || isa == "avx512bf16" || isa == "avx512" || isa == "avx2" || isa == "generic")
+      << isa;
   if (cap && detail::simd_for(cap) != nullptr) {
     EXPECT_EQ(isa, cap);
   } else if (!cap) {
     // Uncapped: the best level this CPU runs.
-    const char* best = detail::simd_for("avx512bf16") ? "avx512bf16"
-                       : detail::simd_for("avx512")   ? "avx512"
-                       : detail::simd_for("avx2")     ? "avx2"
-                                                      : "generic";
+    const char* best = detail::simd_for("amx")          ? "amx"
+                       : detail::simd_for("avx512bf16") ? "avx512bf16"
+                       : detail::simd_for("avx512")     ? "avx512"
+                       : detail::simd_for("avx2")       ? "avx2"
+                                                        : "generic";
     EXPECT_EQ(isa, best);
   }
 }

@@ -11,6 +11,6 @@ const char* version();            // "0.1.0"
 bool built_with_cuda();           // true when the CUDA kernels were compiled in
 bool built_with_cuda_backward();  // true when the CUDA backward kernels were too
 int cuda_device_count();          // 0 without CUDA or without a GPU
-const char* cpu_isa();            // the CPU kernels' SIMD level: "avx512bf16", "avx512", "avx2", "generic"
+const char* cpu_isa();  // the CPU kernels' SIMD level: "amx", "avx512bf16", "avx512", "avx2", "generic"
 
 }  // namespace tileattn

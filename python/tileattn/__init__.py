@@ -41,8 +41,9 @@ def cuda_device_count():
 
 
 def cpu_isa():
-    """The SIMD level the CPU kernels run at on this machine: 'avx512bf16' (AVX-512 with
-    its bf16 dot products), 'avx512', 'avx2' or 'generic'."""
+    """The SIMD level the CPU kernels run at on this machine: 'amx' (AVX512-BF16 with the bf16
+    GEMMs on AMX tiles), 'avx512bf16' (AVX-512 with its bf16 dot products), 'avx512', 'avx2'
+    or 'generic'."""
     return _C.cpu_isa()
 
 

@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(TILEATTN_GEMM_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tileattn::detail {
 namespace avx512 {
 extern const SimdKernels kKernels;
@@ -17,15 +22,35 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
                const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
 }
 #endif
+#if defined(TILEATTN_GEMM_AMX)
+namespace amx {
+void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
+               const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+}
+#endif
 namespace generic {
 extern const SimdKernels kKernels;
 }
 
 namespace {
 
+#if defined(TILEATTN_GEMM_AMX)
+// AMX's tile data is off until the process asks Linux for it (arch_prctl ARCH_REQ_XCOMP_PERM
+// for XTILEDATA, feature 18): once, and granted or not for good.
+bool amx_granted() {
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return granted;
+}
+#endif
+
 bool cpu_has(const char* isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+#if defined(TILEATTN_GEMM_AMX)
+  if (!std::strcmp(isa, "amx"))
+    return cpu_has("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
+           __builtin_cpu_supports("amx-bf16") && amx_granted();
+#endif
 #if defined(TILEATTN_GEMM_BF16)
   if (!std::strcmp(isa, "avx512bf16")) return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
 #endif
@@ -41,7 +66,7 @@ bool cpu_has(const char* isa) {
 
 const SimdKernels& pick() {
   // Best first; TILEATTN_CPU_ISA names the best level allowed (an unknown name allows all).
-  const char* levels[] = {"avx512bf16", "avx512", "avx2", "generic"};
+  const char* levels[] = {"amx", "avx512bf16", "avx512", "avx2", "generic"};
   const char* cap = std::getenv("TILEATTN_CPU_ISA");
   bool allowed = true;
   if (cap)
@@ -64,6 +89,17 @@ const SimdKernels* simd_for(const char* isa) {
       SimdKernels t = avx512::kKernels;
       t.isa = "avx512bf16";
       t.gemm_bf16 = &avx512bf16::gemm_bf16;
+      return t;
+    }();
+    return &k;
+  }
+#endif
+#if defined(TILEATTN_GEMM_AMX)
+  if (!std::strcmp(isa, "amx")) {  // avx512bf16's table with the bf16 GEMM on AMX tiles
+    static const SimdKernels k = [] {
+      SimdKernels t = *simd_for("avx512bf16");
+      t.isa = "amx";
+      t.gemm_bf16 = &amx::gemm_bf16;
       return t;
     }();
     return &k;

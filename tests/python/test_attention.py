@@ -227,7 +227,7 @@ def test_version_and_build_info():
     assert tileattn.cuda_device_count() >= 0
     if not tileattn.built_with_cuda():
         assert tileattn.cuda_device_count() == 0
-    assert tileattn.cpu_isa() in ("avx512bf16", "avx512", "avx2", "generic")
+    assert tileattn.cpu_isa() in ("amx", "avx512bf16", "avx512", "avx2", "generic")
 
 
 def test_threads_run_concurrently_and_agree():

@@ -1,0 +1,146 @@
+// gemm_amx.cc: the bf16 GEMM of simd.h (gemm_bf16) on AMX tiles (TDPBF16PS: bf16 pairs
+// multiplied and summed into fp32, 16 x 16 fp32 results a tile), compiled with -mamx-tile
+// -mamx-bf16 and used only where the CPU has AMX and the OS grants its tile state (simd.cc).
+// Blocks of 32 x 32 of C (four tiles) over chunks of 16 k pairs; A's rows of a block are first
+// copied into a buffer of 32 rows x K2 words (A may be stored transposed: csa != 1), B's rows
+// are read in place (they are already pairs of k, the layout TDPBF16PS takes). Rows past the
+// last 16-row block and pairs past the last chunk of 16 run on the AVX512-BF16 GEMM.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace tileattn::detail::avx512bf16 {
+void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
+               const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+}
+
+namespace tileattn::detail::amx {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C (16 rows x 16 floats); 4, 5: A (16 rows x 16 pairs); 6, 7: B (16 pairs x 16 columns).
+void configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+// C[32 x 32] (+)= A[32 x 16 k2] B[16 k2 x 32] with a: the block's 32 rows (lda words a row), b:
+// B's first pair row and columns (ldb words), c: C's block; two_n: the second 16 columns exist.
+template <bool kTwoN>
+void block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
+           bool accumulate) {
+  const int64_t cs = ldc * 4, as = lda * 4, bs = ldb * 4;
+  if (accumulate) {
+    _tile_loadd(0, c, cs);
+    _tile_loadd(2, c + 16 * ldc, cs);
+    if (kTwoN) {
+      _tile_loadd(1, c + 16, cs);
+      _tile_loadd(3, c + 16 * ldc + 16, cs);
+    }
+  } else {
+    _tile_zero(0);
+    _tile_zero(2);
+    if (kTwoN) {
+      _tile_zero(1);
+      _tile_zero(3);
+    }
+  }
+  for (int64_t k = 0; k < k2; k += 16) {
+    _tile_loadd(4, a + k, as);
+    _tile_loadd(5, a + 16 * lda + k, as);
+    _tile_loadd(6, b + k * ldb, bs);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    if (kTwoN) {
+      _tile_loadd(7, b + k * ldb + 16, bs);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, cs);
+  _tile_stored(2, c + 16 * ldc, cs);
+  if (kTwoN) {
+    _tile_stored(1, c + 16, cs);
+    _tile_stored(3, c + 16 * ldc + 16, cs);
+  }
+}
+
+// One 16-row block (the last of an odd count): tiles 0, 1 of C, 4 of A, 6, 7 of B.
+template <bool kTwoN>
+void half_block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, float* c,
+                int64_t ldc, bool accumulate) {
+  const int64_t cs = ldc * 4, as = lda * 4, bs = ldb * 4;
+  if (accumulate) {
+    _tile_loadd(0, c, cs);
+    if (kTwoN) _tile_loadd(1, c + 16, cs);
+  } else {
+    _tile_zero(0);
+    if (kTwoN) _tile_zero(1);
+  }
+  for (int64_t k = 0; k < k2; k += 16) {
+    _tile_loadd(4, a + k, as);
+    _tile_loadd(6, b + k * ldb, bs);
+    _tile_dpbf16ps(0, 4, 6);
+    if (kTwoN) {
+      _tile_loadd(7, b + k * ldb + 16, bs);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+  }
+  _tile_stored(0, c, cs);
+  if (kTwoN) _tile_stored(1, c + 16, cs);
+}
+
+}  // namespace
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
+               const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  const int64_t m_main = M / 16 * 16, k_main = K2 / 16 * 16;
+  if (m_main == 0 || k_main == 0 || N == 0) {
+    avx512bf16::gemm_bf16(M, N, K2, A, rsa, csa, B, ldb, C, ldc, accumulate);
+    return;
+  }
+  thread_local std::vector<uint32_t> rows_buf;  // a block's rows of A, k_main words each
+  rows_buf.resize(32 * k_main);
+  configure();
+  for (int64_t m0 = 0; m0 < m_main; m0 += 32) {
+    const bool two_m = m0 + 32 <= m_main;
+    for (int64_t i = 0; i < (two_m ? 32 : 16); ++i) {
+      const uint32_t* src = A + (m0 + i) * rsa;
+      uint32_t* dst = rows_buf.data() + i * k_main;
+      if (csa == 1)
+        std::memcpy(dst, src, k_main * 4);
+      else
+        for (int64_t k = 0; k < k_main; ++k) dst[k] = src[k * csa];
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += 32) {
+      const bool two_n = n0 + 32 <= N;
+      float* c = C + m0 * ldc + n0;
+      if (two_m && two_n)
+        block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+      else if (two_m)
+        block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+      else if (two_n)
+        half_block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+      else
+        half_block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+    }
+  }
+  _tile_release();
+  if (k_main < K2)  // the last pairs of the AMX rows, added on
+    avx512bf16::gemm_bf16(m_main, N, K2 - k_main, A + k_main * csa, rsa, csa, B + k_main * ldb, ldb, C, ldc,
+                          true);
+  if (m_main < M)  // the last rows, whole
+    avx512bf16::gemm_bf16(M - m_main, N, K2, A + m_main * rsa, rsa, csa, B, ldb, C + m_main * ldc, ldc,
+                          accumulate);
+}
+
+}  // namespace tileattn::detail::amx
