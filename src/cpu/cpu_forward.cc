@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/mask.h"
@@ -39,6 +41,11 @@ struct Workspace {
   std::vector<float> row;             // [D]         one query row
   std::vector<float> max, base, sum;  // [Brp] per query
   std::vector<SoftmaxRow> state;      // [Br]
+  // bf16 on the bf16 GEMM (simd gemm_bf16): words of two bf16, the first in the low half.
+  std::vector<uint32_t> qw;  // [D / 2][Brp]       the query tile's pairs along d, transposed
+  std::vector<uint32_t> kw;  // [Bc][D / 2]        the key block's pairs along d
+  std::vector<uint32_t> vw;  // [Bc / 2][Dp]       the value block's pairs of rows
+  std::vector<uint32_t> pw;  // [Bc / 2][Brp]      the weights' pairs along keys, transposed
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
       : qt(d * brp),
@@ -50,8 +57,45 @@ struct Workspace {
         max(brp),
         base(brp),
         sum(brp),
-        state(br) {}
+        state(br),
+        qw(d / 2 * brp),
+        kw(bc * (d / 2)),
+        vw((bc + 1) / 2 * dp),
+        pw((bc + 1) / 2 * brp) {}
 };
+
+// bf16 element x of a row at `stride` elements.
+inline uint16_t bf16_at(const void* row, int64_t x, int64_t stride) {
+  return static_cast<const uint16_t*>(row)[x * stride];
+}
+
+// Keys [pos0, pos0 + kn) of KV head hk as the bf16 GEMMs' words: K's rows (ws.kw), V's pairs of
+// rows (ws.vw; columns past D and the pair of an odd last row zero). Returns whether every value
+// of V is finite.
+bool pack_kv_pairs(const AttnParams& p, int64_t b, int64_t pos0, int64_t kn, int64_t hk, int64_t Dp,
+                   Workspace& ws) {
+  const int64_t D = p.head_dim, D2 = D / 2, sk = p.k_stride.d, sv = p.v_stride.d;
+  uint32_t nonfinite = 0;
+  for (int64_t j = 0; j < kn; ++j) {
+    const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos0 + j, hk));
+    uint32_t* kw = ws.kw.data() + j * D2;
+    if (sk == 1)
+      std::memcpy(kw, k, D2 * 4);
+    else
+      for (int64_t x = 0; x < D2; ++x)
+        kw[x] = bf16_at(k, 2 * x, sk) | uint32_t{bf16_at(k, 2 * x + 1, sk)} << 16;
+    const char* v = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos0 + j, hk));
+    uint32_t* vw = ws.vw.data() + j / 2 * Dp;
+    if (j % 2 == 0) {
+      for (int64_t d = 0; d < D; ++d) vw[d] = bf16_at(v, d, sv);
+      std::fill(vw + D, vw + Dp, 0u);
+    } else {
+      for (int64_t d = 0; d < D; ++d) vw[d] |= uint32_t{bf16_at(v, d, sv)} << 16;
+    }
+    for (int64_t d = 0; d < D; ++d) nonfinite |= (bf16_at(v, d, sv) & 0x7F80u) == 0x7F80u;
+  }
+  return nonfinite == 0;
+}
 
 // Rows [q0, q1) of sequence `seq` (batch b), head h, against this split's key blocks.
 template <class Mask>
@@ -67,12 +111,25 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // With softcap the GEMM yields S / softcap and the log2 factor is applied after tanh.
   const float q_mul = p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e;
   const float cap_mul = p.softcap * kLog2e;
+  // bf16 on the bf16 GEMM where it runs on AMX tiles: S^T from Q and K as they are (bf16
+  // products are exact in fp32) times q_mul after, O += P V with the weights rounded to bf16, as
+  // GPU kernels do (eager rounds S and P alike). With AVX512-BF16's dot products alone the
+  // packing costs more than the GEMMs save (docs/cpu.md).
+  const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
+  const int64_t D2 = D / 2;
 
+  if (pairs) std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
   std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = b * p.q_stride.b + (seq.q_start + q0 + r) * p.q_stride.l + h * p.q_stride.h;
-    simd.load(element_ptr(p.q, p.dtype, off), p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
-    for (int64_t d = 0; d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
+    const char* q = element_ptr(p.q, p.dtype, off);
+    if (pairs)
+      for (int64_t x = 0; x < D2; ++x)
+        ws.qw[x * Brp + r] = bf16_at(q, 2 * x, p.q_stride.d) | uint32_t{bf16_at(q, 2 * x + 1, p.q_stride.d)}
+                                                                   << 16;
+    else
+      simd.load(q, p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
+    for (int64_t d = 0; !pairs && d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
   std::fill(ws.o.begin(), ws.o.begin() + rows * Dp, 0.0f);
@@ -92,6 +149,12 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   }
   for (int64_t k0 = n_begin * tile.block_k; k0 < std::min(n_end * tile.block_k, k_end); k0 += tile.block_k) {
     const int64_t kn = std::min(tile.block_k, k_end - k0);
+    bool v_finite = true;
+    if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs, then scaled
+      v_finite = pack_kv_pairs(p, b, seq.k_start + k0, kn, hk, Dp, ws);
+      simd.gemm_bf16(kn, Brp, D2, ws.kw.data(), D2, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
+      simd.scale(ws.st.data(), kn * Brp, q_mul);
+    }
     // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
     // only broadcast from, so its row stride does not matter), else converted into ws.k.
     const float* k_rows = ws.k.data();
@@ -100,8 +163,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       k_rows = static_cast<const float*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk);
       k_ld = p.k_stride.l;
     }
-    for (int64_t j = 0; j < kn; ++j) {  // V (and K) rows, converted to fp32
-      if (!k_in_place) {
+    for (int64_t j = 0; j < kn && (!pairs || !v_finite); ++j) {  // V (and K) rows, converted to fp32
+      if (!k_in_place && !pairs) {
         const int64_t koff = kv_offset(p, p.k_stride, b, seq.k_start + k0 + j, hk);
         simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
       }
@@ -109,7 +172,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
-    simd.gemm(kn, Brp, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
+    if (!pairs) simd.gemm(kn, Brp, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
 
     if (p.softcap > 0)
       for (int64_t j = 0; j < kn; ++j)
@@ -135,8 +198,16 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
     // In a partly masked block each row sums only the keys it sees: a hidden key has P = 0,
     // but 0 * V is NaN when V holds a NaN or an inf, which must not reach rows that cannot see
-    // it. Per element the sums are the same FMA sequence either way.
-    if (visible) {
+    // it. Per element the sums are the same FMA sequence either way. On bf16 pairs the whole block
+    // goes through the GEMM while V is finite (a hidden key's 0 x V is 0), row by row on fp32
+    // weights where it is not: the choice follows V alone, not the tile's rows (thread count).
+    if (pairs && v_finite) {
+      for (int64_t x = 0; x < (kn + 1) / 2; ++x)
+        simd.pack_bf16(ws.st.data() + 2 * x * Brp,
+                       2 * x + 1 < kn ? ws.st.data() + (2 * x + 1) * Brp : nullptr, Brp,
+                       ws.pw.data() + x * Brp);
+      simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, ws.vw.data(), Dp, ws.o.data(), Dp, true);
+    } else if (visible && !pairs) {
       simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
     } else {
       for (int64_t r = 0; r < rows; ++r) {

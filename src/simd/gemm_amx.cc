@@ -3,8 +3,9 @@
 // -mamx-bf16 and used only where the CPU has AMX and the OS grants its tile state (simd.cc).
 // Blocks of 32 x 32 of C (four tiles) over chunks of 16 k pairs; A's rows of a block are first
 // copied into a buffer of 32 rows x K2 words (A may be stored transposed: csa != 1), B's rows
-// are read in place (they are already pairs of k, the layout TDPBF16PS takes). Rows past the
-// last 16-row block and pairs past the last chunk of 16 run on the AVX512-BF16 GEMM.
+// are read in place (they are already pairs of k, the layout TDPBF16PS takes). A last block of
+// fewer than 16 or 32 rows runs on tiles too, through zero rows; pairs past the last chunk of 16
+// run on the AVX512-BF16 GEMM.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -103,17 +104,21 @@ void half_block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, i
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
                const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  const int64_t m_main = M / 16 * 16, k_main = K2 / 16 * 16;
-  if (m_main == 0 || k_main == 0 || N == 0) {
+  const int64_t k_main = K2 / 16 * 16;
+  if (k_main == 0 || M == 0 || N == 0) {
     avx512bf16::gemm_bf16(M, N, K2, A, rsa, csa, B, ldb, C, ldc, accumulate);
     return;
   }
-  thread_local std::vector<uint32_t> rows_buf;  // a block's rows of A, k_main words each
-  rows_buf.resize(32 * k_main);
+  // A block's rows of A (k_main words each, rows past M zero) and, for the last block when M is
+  // not a multiple of 16, C's rows through a 16-row buffer: every row takes the same tile
+  // arithmetic whatever M is (the forward's tile height follows the thread count).
+  thread_local std::vector<uint32_t> rows_buf;
+  thread_local std::vector<float> c_buf;
+  rows_buf.assign(32 * k_main, 0u);
   configure();
-  for (int64_t m0 = 0; m0 < m_main; m0 += 32) {
-    const bool two_m = m0 + 32 <= m_main;
-    for (int64_t i = 0; i < (two_m ? 32 : 16); ++i) {
+  for (int64_t m0 = 0; m0 < M; m0 += 32) {
+    const int64_t m_rows = std::min<int64_t>(32, M - m0);
+    for (int64_t i = 0; i < m_rows; ++i) {
       const uint32_t* src = A + (m0 + i) * rsa;
       uint32_t* dst = rows_buf.data() + i * k_main;
       if (csa == 1)
@@ -121,26 +126,34 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
       else
         for (int64_t k = 0; k < k_main; ++k) dst[k] = src[k * csa];
     }
+    if (m_rows < 32) std::fill(rows_buf.begin() + m_rows * k_main, rows_buf.end(), 0u);
+    const bool two_m = m_rows > 16, whole = m_rows % 16 == 0;
+    float* c_block = C + m0 * ldc;
+    int64_t c_ld = ldc;
+    if (!whole) {  // C's rows into a buffer of whole tiles (padding rows zero), back after
+      c_buf.assign(32 * N, 0.0f);
+      if (accumulate)
+        for (int64_t i = 0; i < m_rows; ++i) std::memcpy(&c_buf[i * N], C + (m0 + i) * ldc, N * 4);
+      c_block = c_buf.data(), c_ld = N;
+    }
     for (int64_t n0 = 0; n0 < N; n0 += 32) {
       const bool two_n = n0 + 32 <= N;
-      float* c = C + m0 * ldc + n0;
+      float* c = c_block + n0;
       if (two_m && two_n)
-        block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+        block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
       else if (two_m)
-        block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+        block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
       else if (two_n)
-        half_block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+        half_block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
       else
-        half_block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, ldc, accumulate);
+        half_block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
     }
+    if (!whole)
+      for (int64_t i = 0; i < m_rows; ++i) std::memcpy(C + (m0 + i) * ldc, &c_buf[i * N], N * 4);
   }
   _tile_release();
-  if (k_main < K2)  // the last pairs of the AMX rows, added on
-    avx512bf16::gemm_bf16(m_main, N, K2 - k_main, A + k_main * csa, rsa, csa, B + k_main * ldb, ldb, C, ldc,
-                          true);
-  if (m_main < M)  // the last rows, whole
-    avx512bf16::gemm_bf16(M - m_main, N, K2, A + m_main * rsa, rsa, csa, B, ldb, C + m_main * ldc, ldc,
-                          accumulate);
+  if (k_main < K2)  // the last pairs, added on
+    avx512bf16::gemm_bf16(M, N, K2 - k_main, A + k_main * csa, rsa, csa, B + k_main * ldb, ldb, C, ldc, true);
 }
 
 }  // namespace tileattn::detail::amx

@@ -99,6 +99,7 @@ const SimdKernels* simd_for(const char* isa) {
     static const SimdKernels k = [] {
       SimdKernels t = *simd_for("avx512bf16");
       t.isa = "amx";
+      t.amx = true;
       t.gemm_bf16 = &amx::gemm_bf16;
       return t;
     }();

@@ -9,7 +9,7 @@
 namespace tileattn::detail {
 
 struct SimdKernels {
-  const char* isa;  // "avx512bf16", "avx512", "avx2", "generic"
+  const char* isa;  // "amx", "avx512bf16", "avx512", "avx2", "generic"
   int width;        // floats per vector: buffers' row lengths are padded to a multiple of it
 
   // C[M x N] (+)= A[M x K] * B[K x N] in fp32; A(i, k) = A[i * rsa + k * csa] (so A may be
@@ -57,9 +57,12 @@ struct SimdKernels {
                      int64_t rows, const float* q, int64_t D, float* s, int64_t ld_s);
   void (*axpy_heads)(const void* V, bool bf16, int64_t v_pos, int64_t v_head, int64_t n, int64_t heads,
                      int64_t rows, const float* w, int64_t ld_w, float* o, int64_t ld_o, int64_t D);
+  // gemm_bf16 runs on AMX tiles: fast enough that the forward takes bf16 through it too (on
+  // AVX512-BF16 alone the forward's fp32 GEMM over widened values measured faster).
+  bool amx = false;
 };
 
-// The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512|avx512bf16 caps it (tests).
+// The best table this CPU runs; TILEATTN_CPU_ISA=generic|avx2|avx512|avx512bf16|amx caps it (tests).
 const SimdKernels& simd();
 const SimdKernels* simd_for(const char* isa);  // null when this CPU cannot run it
 
