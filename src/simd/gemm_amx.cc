@@ -118,7 +118,12 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
   configure();
   for (int64_t m0 = 0; m0 < M; m0 += 32) {
     const int64_t m_rows = std::min<int64_t>(32, M - m0);
-    for (int64_t i = 0; i < m_rows; ++i) {
+    const bool two_m = m_rows > 16, whole = m_rows % 16 == 0;
+    // Whole blocks of A stored in rows are read in place; the others are copied first.
+    const bool in_place = csa == 1 && whole;
+    const uint32_t* a_rows = in_place ? A + m0 * rsa : rows_buf.data();
+    const int64_t a_ld = in_place ? rsa : k_main;
+    for (int64_t i = 0; i < m_rows && !in_place; ++i) {
       const uint32_t* src = A + (m0 + i) * rsa;
       uint32_t* dst = rows_buf.data() + i * k_main;
       if (csa == 1)
@@ -126,8 +131,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
       else
         for (int64_t k = 0; k < k_main; ++k) dst[k] = src[k * csa];
     }
-    if (m_rows < 32) std::fill(rows_buf.begin() + m_rows * k_main, rows_buf.end(), 0u);
-    const bool two_m = m_rows > 16, whole = m_rows % 16 == 0;
+    if (m_rows < 32 && !in_place) std::fill(rows_buf.begin() + m_rows * k_main, rows_buf.end(), 0u);
     float* c_block = C + m0 * ldc;
     int64_t c_ld = ldc;
     if (!whole) {  // C's rows into a buffer of whole tiles (padding rows zero), back after
@@ -140,13 +144,13 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
       const bool two_n = n0 + 32 <= N;
       float* c = c_block + n0;
       if (two_m && two_n)
-        block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
       else if (two_m)
-        block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
       else if (two_n)
-        half_block<true>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
+        half_block<true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
       else
-        half_block<false>(k_main, rows_buf.data(), k_main, B + n0, ldb, c, c_ld, accumulate || !whole);
+        half_block<false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
     }
     if (!whole)
       for (int64_t i = 0; i < m_rows; ++i) std::memcpy(C + (m0 + i) * ldc, &c_buf[i * N], N * 4);
