@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -90,6 +91,32 @@ std::vector<Problem> determinism_problems() {
 
 INSTANTIATE_TEST_SUITE_P(Forward, Determinism, testing::ValuesIn(determinism_problems()),
                          [](const testing::TestParamInfo<Problem>& info) { return info.param.name(); });
+
+// A non-finite value of V in keys that some rows cannot see, Lk = Lq and Lk > Lq, causal: taller
+// query tiles (fewer threads) cover keys past shorter tiles' last visible one. The bf16 path on
+// AMX (cpu_forward.cc) must choose its way and its GEMM chunks by the key grid, not the tile: a
+// row's bits are the same for any thread count (rows that see the inf are inf or NaN alike).
+TEST(Determinism, NonFiniteValuesOutOfSomeRowsSight) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32})
+    for (int64_t lk : {512, 517}) {
+      Problem p;
+      p.dtype = dtype, p.seqlen_q = 512, p.seqlen_k = lk, p.heads_q = 2, p.heads_kv = 1, p.head_dim = 64;
+      p.options.causal = true;
+      Case c(p, 11);
+      c.v.set({0, 220, 0, 5}, std::numeric_limits<double>::infinity());
+      Options one = p.options;
+      one.num_threads = 1;
+      const Result first = run_forward(c, one);
+      for (int threads : {2, 3, 7}) {
+        Options o = p.options;
+        o.num_threads = threads;
+        const Result again = run_forward(c, o);
+        EXPECT_TRUE(same_bits(first, again))
+            << (dtype == DType::kFloat32 ? "fp32" : "bf16") << " Lk " << lk << ", " << threads
+            << " threads: " << describe_diff(first, again);
+      }
+    }
+}
 
 // Decoding-sized problems (at most 4 query rows: scores as per-key dot products) and the next
 // size up (the GEMM path) give the same bits for any thread count, causal, softcap and GQA too.

@@ -43,10 +43,11 @@ struct Workspace {
   std::vector<float> max, base, sum;  // [Brp] per query
   std::vector<SoftmaxRow> state;      // [Br]
   // bf16 on the bf16 GEMM (simd gemm_bf16): words of two bf16, the first in the low half.
-  std::vector<uint32_t> qw;  // [D / 2][Brp]       the query tile's pairs along d, transposed
-  std::vector<uint32_t> kw;  // [Bc][D / 2]        the key block's pairs along d
-  std::vector<uint32_t> vw;  // [Bc / 2][Dp]       the value block's pairs of rows
-  std::vector<uint32_t> pw;  // [Bc / 2][Brp]      the weights' pairs along keys, transposed
+  std::vector<uint32_t> qw;     // [D / 2][Brp]       the query tile's pairs along d, transposed
+  std::vector<uint32_t> kw;     // [Bc][D / 2]        the key block's pairs along d
+  std::vector<uint32_t> vw;     // [Bc / 2][Dp]       the value block's pairs of rows
+  std::vector<uint32_t> pw;     // [Bc / 2][Brp]      the weights' pairs along keys, transposed
+  std::vector<uint16_t> row16;  // [D]            a strided V row gathered
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
       : qt(d * brp),
@@ -62,7 +63,8 @@ struct Workspace {
         qw(d / 2 * brp),
         kw(bc * (d / 2)),
         vw((bc + 1) / 2 * dp),
-        pw((bc + 1) / 2 * brp) {}
+        pw((bc + 1) / 2 * brp),
+        row16(d) {}
 };
 
 // bf16 element x of a row at `stride` elements.
@@ -89,9 +91,8 @@ bool pack_kv_pairs(const AttnParams& p, int64_t b, int64_t pos0, int64_t kn, int
     uint32_t* vw = ws.vw.data() + j / 2 * Dp;
     const uint16_t* row = reinterpret_cast<const uint16_t*>(v);
     if (sv != 1) {  // a strided row gathered first (the loops below then vectorize)
-      uint16_t* gathered = reinterpret_cast<uint16_t*>(ws.row.data());
-      for (int64_t d = 0; d < D; ++d) gathered[d] = bf16_at(v, d, sv);
-      row = gathered;
+      for (int64_t d = 0; d < D; ++d) ws.row16[d] = bf16_at(v, d, sv);
+      row = ws.row16.data();
     }
     const int shift = j % 2 == 0 ? 0 : 16;
     if (shift == 0) std::fill(vw, vw + Dp, 0u);
@@ -124,8 +125,10 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
   const int64_t D2 = D / 2;
 
-  if (pairs) std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
-  std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
+  if (pairs)
+    std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
+  else
+    std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = b * p.q_stride.b + (seq.q_start + q0 + r) * p.q_stride.l + h * p.q_stride.h;
     const char* q = element_ptr(p.q, p.dtype, off);
@@ -154,7 +157,10 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     tile_key_range(mask, q0, q1, &unused, &k_end);
   }
   for (int64_t k0 = n_begin * tile.block_k; k0 < std::min(n_end * tile.block_k, k_end); k0 += tile.block_k) {
-    const int64_t kn = std::min(tile.block_k, k_end - k0);
+    // On bf16 pairs the block is the grid's whole block, keys past the tile's last visible one
+    // masked below: the GEMMs' chunks of k and the finite-V choice then follow the grid, not the
+    // tile's rows (whose height follows the thread count).
+    const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
     bool v_finite = true;
     if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs, then scaled
       v_finite = pack_kv_pairs(p, b, seq.k_start + k0, kn, hk, Dp, ws);

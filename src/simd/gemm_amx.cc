@@ -114,7 +114,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
   // arithmetic whatever M is (the forward's tile height follows the thread count).
   thread_local std::vector<uint32_t> rows_buf;
   thread_local std::vector<float> c_buf;
-  rows_buf.assign(32 * k_main, 0u);
+  rows_buf.resize(32 * k_main);
   configure();
   for (int64_t m0 = 0; m0 < M; m0 += 32) {
     const int64_t m_rows = std::min<int64_t>(32, M - m0);
@@ -131,7 +131,8 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
       else
         for (int64_t k = 0; k < k_main; ++k) dst[k] = src[k * csa];
     }
-    if (m_rows < 32 && !in_place) std::fill(rows_buf.begin() + m_rows * k_main, rows_buf.end(), 0u);
+    if (m_rows < 32 && !in_place)
+      std::fill(rows_buf.begin() + m_rows * k_main, rows_buf.begin() + 32 * k_main, 0u);
     float* c_block = C + m0 * ldc;
     int64_t c_ld = ldc;
     if (!whole) {  // C's rows into a buffer of whole tiles (padding rows zero), back after

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if defined(TILEATTN_GEMM_AMX)
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -35,10 +36,15 @@ extern const SimdKernels kKernels;
 namespace {
 
 #if defined(TILEATTN_GEMM_AMX)
-// AMX's tile data is off until the process asks Linux for it (arch_prctl ARCH_REQ_XCOMP_PERM
-// for XTILEDATA, feature 18): once, and granted or not for good.
+// AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22; read directly: not every compiler's
+// __builtin_cpu_supports knows them), and the tile data, off until the process asks Linux for
+// it (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18): once, granted or not for good.
 bool amx_granted() {
-  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  static const bool granted = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
   return granted;
 }
 #endif
@@ -48,8 +54,7 @@ bool cpu_has(const char* isa) {
   __builtin_cpu_init();
 #if defined(TILEATTN_GEMM_AMX)
   if (!std::strcmp(isa, "amx"))
-    return cpu_has("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
-           __builtin_cpu_supports("amx-bf16") && amx_granted();
+    return cpu_has("avx512bf16") && amx_granted();
 #endif
 #if defined(TILEATTN_GEMM_BF16)
   if (!std::strcmp(isa, "avx512bf16")) return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
