@@ -53,8 +53,7 @@ bool cpu_has(const char* isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
 #if defined(TILEATTN_GEMM_AMX)
-  if (!std::strcmp(isa, "amx"))
-    return cpu_has("avx512bf16") && amx_granted();
+  if (!std::strcmp(isa, "amx")) return cpu_has("avx512bf16") && amx_granted();
 #endif
 #if defined(TILEATTN_GEMM_BF16)
   if (!std::strcmp(isa, "avx512bf16")) return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
