@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -31,6 +32,22 @@ std::string describe_diff(const Result& a, const Result& b) {
   os << n_out << " of " << a.out.numel() << " O elements differ (max |diff| " << max_out << "), " << n_lse
      << " of " << a.lse.numel() << " LSE elements (max |diff| " << max_lse << ")";
   return os.str();
+}
+
+// c's forward at 1 thread, then at each of `threads`: the same bits every time (label names the
+// case in a failure). Returns the 1-thread result.
+Result same_bits_across_threads(const Case& c, const Options& options, std::initializer_list<int> threads,
+                                const std::string& label) {
+  Options one = options;
+  one.num_threads = 1;
+  const Result first = run_forward(c, one);
+  for (int n : threads) {
+    Options o = options;
+    o.num_threads = n;
+    const Result again = run_forward(c, o);
+    EXPECT_TRUE(same_bits(first, again)) << label << ", " << n << " threads: " << describe_diff(first, again);
+  }
+  return first;
 }
 
 class Determinism : public testing::TestWithParam<Problem> {};
@@ -104,17 +121,9 @@ TEST(Determinism, NonFiniteValuesOutOfSomeRowsSight) {
       p.options.causal = true;
       Case c(p, 11);
       c.v.set({0, 220, 0, 5}, std::numeric_limits<double>::infinity());
-      Options one = p.options;
-      one.num_threads = 1;
-      const Result first = run_forward(c, one);
-      for (int threads : {2, 3, 7}) {
-        Options o = p.options;
-        o.num_threads = threads;
-        const Result again = run_forward(c, o);
-        EXPECT_TRUE(same_bits(first, again))
-            << (dtype == DType::kFloat32 ? "fp32" : "bf16") << " Lk " << lk << ", " << threads
-            << " threads: " << describe_diff(first, again);
-      }
+      same_bits_across_threads(
+          c, p.options, {2, 3, 7},
+          std::string(dtype == DType::kFloat32 ? "fp32" : "bf16") + " Lk " + std::to_string(lk));
     }
 }
 
@@ -131,16 +140,8 @@ TEST(Determinism, FewRowProblemsAcrossThreadCounts) {
         p.head_dim = d;
         p.dtype = dtype, p.options.softcap = 7.0f, p.options.causal = rows % 2 == 1;
         Case c(p, 7);
-        Options one = p.options;
-        one.num_threads = 1;
-        const Result first = run_forward(c, one);
-        for (int threads : {2, 3}) {
-          Options o = p.options;
-          o.num_threads = threads;
-          const Result again = run_forward(c, o);
-          EXPECT_TRUE(same_bits(first, again)) << "D " << d << ", " << rows << " rows, " << threads
-                                               << " threads: " << describe_diff(first, again);
-        }
+        const Result first = same_bits_across_threads(
+            c, p.options, {2, 3}, "D " + std::to_string(d) + ", " + std::to_string(rows) + " rows");
         c.run_oracle();
         const Report r = judge(first, c, DeviceKind::kCPU);
         EXPECT_TRUE(r.ok()) << rows << " rows: " << r.str();
