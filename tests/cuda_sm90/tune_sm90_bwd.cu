@@ -7,11 +7,12 @@
 // (halved when causal), of the whole path and of the kernel alone; "fixed" is the share of the
 // whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
-// dK / dV staged in shared memory (BwdTuning::kStageDkDv) at 64 and 128. Their gradients are
+// dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
+// stages them in shared memory) at 64 and 128. Their gradients are
 // checked first against the library kernel's, poisoned before each run (agrees), on these shapes
 // and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
 // run. Inputs: a hash fill, out and lse from the library's forward. Last, the kernel's timeline
-// CTA by CTA at D = 64 and 128 without a mask, with and without staging (tune_sm90_bwd_probe.cu).
+// CTA by CTA at D = 64 and 128 without a mask, staged (the library's) and direct (tune_sm90_bwd_probe.cu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,11 +28,12 @@
 #include "fill.h"
 #include "tileattn/tileattn.h"
 
-// tune_sm90_bwd_probe.cu: the kernel with dK and dV staged (D = 64 and 128), and its timeline.
-void bwd_staged_kernel(const tileattn::detail::BackwardParams& b,
+// tune_sm90_bwd_probe.cu: the kernel with dK and dV stored straight from the accumulators (D = 64
+// and 128), and its timeline.
+void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
                        const tileattn::detail::sm90::BwdParams& kp);
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
-                  int steps, bool staged, void* flush, size_t flush_bytes);
+                  int steps, bool direct, void* flush, size_t flush_bytes);
 
 namespace {
 
@@ -65,8 +67,8 @@ struct Shape {
 
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
-// launch's choice) or the one with dK and dV staged (D = 64 and 128).
-enum class Variant { kLibrary, kPersistent, kStaged };
+// launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
+enum class Variant { kLibrary, kPersistent, kDirect };
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
@@ -109,7 +111,7 @@ struct Path {
   }
   void kernel() const {
     if (variant == Variant::kLibrary) return sm90::backward(b, kp);
-    if (variant == Variant::kStaged) return bwd_staged_kernel(b, kp);
+    if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
@@ -232,14 +234,14 @@ int main(int argc, char** argv) {
     for (Shape sh : checks) {
       sh.D = D;
       forward_of(m, sh);
-      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1}) {  // -1: the staged variant (D = 64 and 128)
+      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1}) {  // -1: dK and dV stored straight (D = 64 and 128)
         if (ctas < 0 && D == 256) continue;
         const bool ok =
-            agrees(m, sh, ctas < 0 ? Variant::kStaged : Variant::kPersistent, ctas, &first, &again);
+            agrees(m, sh, ctas < 0 ? Variant::kDirect : Variant::kPersistent, ctas, &first, &again);
         failed |= !ok;
         if (!ok)
           std::printf("FAILED: %s at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
-                      ctas < 0 ? "staged" : "persistent", static_cast<long long>(D),
+                      ctas < 0 ? "direct dK / dV" : "persistent", static_cast<long long>(D),
                       static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
                       static_cast<long long>(sh.Lk), static_cast<long long>(sh.H),
                       static_cast<long long>(sh.left), static_cast<long long>(sh.right),
@@ -247,12 +249,12 @@ int main(int argc, char** argv) {
       }
     }
   std::printf(
-      "persistent walk and staged dK / dV against the library's kernel, windows and small grids: %s\n",
+      "persistent walk and direct dK / dV stores against the library's kernel, windows and small grids: %s\n",
       failed ? "FAILED" : "the same gradients");
 
   std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
               "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel",
-              "fixed", "over the library's kernel: persistent, staged dK / dV (agree)");
+              "fixed", "over the library's kernel: persistent, direct dK / dV (agree)");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -271,8 +273,8 @@ int main(int argc, char** argv) {
             static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
             static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, both, kern,
             conv, tflop / kern, 100.0 * (all - kern) / all);
-        for (Variant v : {Variant::kPersistent, Variant::kStaged}) {
-          if (v == Variant::kStaged && D == 256) continue;
+        for (Variant v : {Variant::kPersistent, Variant::kDirect}) {
+          if (v == Variant::kDirect && D == 256) continue;
           const bool ok = agrees(m, sh, v, 0, &first, &again);
           failed |= !ok;
           path.variant = Variant::kLibrary;
@@ -289,15 +291,15 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&flush, kFlushBytes));
   for (int64_t D : {64, 128})
     for (int64_t L : lengths)
-      for (bool staged : {false, true}) {
+      for (bool direct : {false, true}) {
         const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, -1};
         forward_of(m, sh);
         const Path path(m, sh, false);
         path.preprocess();
         path.zero();
         std::printf("  D %3lld L %5lld %s:", static_cast<long long>(D), static_cast<long long>(L),
-                    staged ? "staged " : "library");
-        bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), staged, flush, kFlushBytes);
+                    direct ? "direct " : "library");
+        bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), direct, flush, kFlushBytes);
       }
   CHECK(cudaFree(flush));
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),

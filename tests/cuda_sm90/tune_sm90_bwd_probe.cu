@@ -36,11 +36,11 @@ struct Timeline : tileattn::detail::sm90::BwdTuning {
   }
 };
 
-struct Staged : tileattn::detail::sm90::BwdTuning {
-  static constexpr bool kStageDkDv = true;
+struct Direct : tileattn::detail::sm90::BwdTuning {
+  static constexpr bool kStageDkDv = false;
 };
-struct StagedTimeline : Timeline {
-  static constexpr bool kStageDkDv = true;
+struct DirectTimeline : Timeline {
+  static constexpr bool kStageDkDv = false;
 };
 
 template <class Tuning>
@@ -63,17 +63,17 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-// The kernel with dK and dV staged in shared memory (BwdTuning::kStageDkDv), dense bf16 batches
+// The kernel with dK and dV stored straight from the accumulators (BwdTuning::kStageDkDv off),
 // at head dims 64 and 128.
-void bwd_staged_kernel(const tileattn::detail::BackwardParams& b,
+void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
                        const tileattn::detail::sm90::BwdParams& kp) {
-  launch<Staged>(b, kp);
+  launch<Direct>(b, kp);
 }
 
-// One probed launch of b's dense bf16 kernel (head dim 64 or 128; staged: dK and dV staged);
+// One probed launch of b's dense bf16 kernel (head dim 64 or 128; direct: dK and dV stored straight);
 // steps: a CTA's steps without a mask. Prints a line of medians, microseconds.
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
-                  int steps, bool staged, void* flush, size_t flush_bytes) {
+                  int steps, bool direct, void* flush, size_t flush_bytes) {
   using namespace tileattn::detail;
   const int64_t ctas = kp.n_blocks * kp.heads_kv * kp.batch;
   if (ctas > kMaxCtas || b.fwd.seqs.ragged() || (b.fwd.head_dim != 64 && b.fwd.head_dim != 128)) {
@@ -83,8 +83,8 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
   std::vector<unsigned long long> zero(kMaxCtas * kSlots, 0);
   TILEATTN_CUDA_CHECK(cudaMemcpyToSymbol(g_marks, zero.data(), zero.size() * sizeof(zero[0])));
   TILEATTN_CUDA_CHECK(cudaMemset(flush, 0, flush_bytes));
-  if (staged)
-    launch<StagedTimeline>(b, kp);
+  if (direct)
+    launch<DirectTimeline>(b, kp);
   else
     launch<Timeline>(b, kp);
   TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
