@@ -136,8 +136,7 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
 }
 
 // The default's choice, where the sm90 backward was measured ahead of the sm80 kernels (cuda_limits.cc):
-// head dims 64, 128 and 256, dense or not, deterministic or not, but deterministic varlen and seqused
-// batches at 128 (not yet timed). Never at other head dims.
+// head dims 64, 128 and 256, dense or not, deterministic or not. Never at other head dims.
 TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
   AttnParams p = decode(64);
   p.seqlen_q = 1024, p.seqlen_k = 1024;
@@ -161,8 +160,11 @@ TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
       used_b.deterministic = packed_b.deterministic = det;
       used_b.fwd.seqs.used_q = used;
       packed_b.fwd.seqs.cu_k = cu;
-      EXPECT_EQ(sm90_backward_measured_ahead(used_b), !det || d != 128) << d << " " << det;
-      EXPECT_EQ(sm90_backward_measured_ahead(packed_b), !det || d != 128) << d << " " << det;
+      EXPECT_TRUE(sm90_backward_measured_ahead(used_b)) << d << " " << det;
+      EXPECT_TRUE(sm90_backward_measured_ahead(packed_b)) << d << " " << det;
+      used_b.fwd.head_dim = packed_b.fwd.head_dim = 96;
+      EXPECT_FALSE(sm90_backward_measured_ahead(used_b)) << det;
+      EXPECT_FALSE(sm90_backward_measured_ahead(packed_b)) << det;
     }
   }
   // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).

@@ -144,13 +144,12 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 // for deterministic mode at 128): dense batches at head dim 128, 1.1-2.3x at 64 and 2.1-3.7x at
 // 256; varlen and seqused batches (bwd_seq) 1.6-2.2x at 64 and 128. On an H100
 // (gpu_backward_h100_2026-12-05_1457cd4.json): deterministic mode 1.3-2.8x at 64 and 256, dense
-// and varlen, and varlen batches at 256 2.7-3.5x. Packed and seqused batches run the same kernel
-// (launch_bwd's kVarlen: ragged blocks), timed on packed ones. Not yet timed, so the sm80 kernels
-// unless sm90 is asked for: deterministic mode in varlen and seqused batches at 128.
+// and varlen, and varlen batches at 256 2.7-3.5x; (gpu_backward_h100_2026-12-05_0bcd6ee.json)
+// deterministic varlen batches at 128, 1.6-2.0x. Packed and seqused batches run the same kernel
+// (launch_bwd's kVarlen: ragged blocks), timed on packed ones.
 bool sm90_backward_measured_ahead(const BackwardParams& b) {
   const int d = b.fwd.head_dim;
-  if (d != 64 && d != 128 && d != 256) return false;
-  return !(b.fwd.seqs.ragged() && b.deterministic && d == 128);
+  return d == 64 || d == 128 || d == 256;
 }
 
 bool sm90_backward_preferred(const BackwardParams& b) {
