@@ -193,8 +193,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
 });
 
 // By default, on Hopper, deterministic mode runs the sm90 backward at head dims 64, 128 and 256
-// (the same bits as asking for it), dense and packed, but packed batches at 128 on the sm80
-// kernels (not yet timed there: cuda_limits.cc). SupportedBackwardNamesTheKernel covers the other mode;
+// (the same bits as asking for it), dense and packed. SupportedBackwardNamesTheKernel covers the other mode;
 // the rule itself is tested by Select.Sm90BackwardPreferredWhereMeasuredAhead.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
@@ -209,7 +208,7 @@ TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
       const BackwardCase bc(p);
       const Grads by_default = gpu_backward(bc, p.options);
       Options o = p.options;
-      o.kernel = packed && d == 128 ? Kernel::kCudaSm80 : Kernel::kCudaSm90;
+      o.kernel = Kernel::kCudaSm90;
       EXPECT_TRUE(test::same_bits(gpu_backward(bc, o), by_default)) << "D " << d << " packed " << packed;
     }
 }
