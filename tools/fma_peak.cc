@@ -69,8 +69,9 @@ std::vector<const FmaKernel*> fma_kernels_available() {
 }
 
 const FmaKernel* fma_kernel(const std::string& isa) {
-  // The library's "avx512bf16" level (bf16 dot products besides AVX-512) has AVX-512's fp32 FMAs.
-  const std::string fma_isa = isa == "avx512bf16" ? "avx512" : isa;
+  // The library's "avx512bf16" and "amx" levels (bf16 dot products, bf16 tiles besides AVX-512)
+  // have AVX-512's fp32 FMAs.
+  const std::string fma_isa = isa == "avx512bf16" || isa == "amx" ? "avx512" : isa;
   for (const FmaKernel* k : fma_kernels_available())
     if (fma_isa == k->isa) return k;
   return nullptr;
