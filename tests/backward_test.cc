@@ -209,97 +209,97 @@ TEST(Backward, NanInQOrDoReachesOnlyKeysItsRowSees) {
             ASSERT_TRUE(std::isfinite(g.dq.get({0, i, 0, d}))) << where << " row " << i;
       EXPECT_TRUE(std::isnan(g.dk.get({0, 50, 0, 0})) && std::isnan(g.dv.get({0, 50, 0, 0}))) << where;
     }
-    }
+}
 
-  TEST(Backward, RowsThatSeeNoKeyGetZero) {
-    Problem p = make(90, 40, 2, 2, 16, DType::kBFloat16);
-    p.options.window_left = 0, p.options.window_right = 0;  // rows 0..49 sit before every key
-    check(p);
-    const BackwardCase bc(p);
-    const Grads g = bc.run(p.options);
-    for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(g.dq.get({0, 10, 1, d}), 0.0);
+TEST(Backward, RowsThatSeeNoKeyGetZero) {
+  Problem p = make(90, 40, 2, 2, 16, DType::kBFloat16);
+  p.options.window_left = 0, p.options.window_right = 0;  // rows 0..49 sit before every key
+  check(p);
+  const BackwardCase bc(p);
+  const Grads g = bc.run(p.options);
+  for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(g.dq.get({0, 10, 1, d}), 0.0);
+}
+
+TEST(Backward, SameBitsForAnyThreadCountAndRun) {
+  Problem p = make(150, 170, 8, 2, 64, DType::kBFloat16);
+  p.batch = 3;
+  p.options.causal = true;
+  const BackwardCase bc(p);
+  Options one = p.options;
+  one.num_threads = 1;
+  const Grads first = bc.run(one);
+  for (int threads : {2, 3, 0}) {
+    Options o = p.options;
+    o.num_threads = threads;
+    o.deterministic = threads == 3;
+    const Grads again = bc.run(o);
+    EXPECT_TRUE(same_bits(again, first)) << threads << " threads";
   }
+}
 
-  TEST(Backward, SameBitsForAnyThreadCountAndRun) {
-    Problem p = make(150, 170, 8, 2, 64, DType::kBFloat16);
-    p.batch = 3;
-    p.options.causal = true;
-    const BackwardCase bc(p);
-    Options one = p.options;
-    one.num_threads = 1;
-    const Grads first = bc.run(one);
-    for (int threads : {2, 3, 0}) {
-      Options o = p.options;
-      o.num_threads = threads;
-      o.deterministic = threads == 3;
-      const Grads again = bc.run(o);
-      EXPECT_TRUE(same_bits(again, first)) << threads << " threads";
+TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
+  const BackwardCase bc(make(9, 11, 2, 1, 16, DType::kFloat32));
+  Grads g = fresh_grads(bc.c.problem, DType::kFloat32);
+  const TensorRef dq = g.dq.ref(), dk = g.dk.ref(), dv = g.dv.ref();
+  auto expect = [&](const TensorRef& dout, const TensorRef& lse, const TensorRef& gq, const TensorRef& gk,
+                    const std::string& argument, const std::string& text) {
+    try {
+      backward(dout, bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), lse, gq, gk, dv);
+      ADD_FAILURE() << "accepted: " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
     }
-  }
-
-  TEST(Backward, BadArgumentsNameThemselvesAndWriteNothing) {
-    const BackwardCase bc(make(9, 11, 2, 1, 16, DType::kFloat32));
-    Grads g = fresh_grads(bc.c.problem, DType::kFloat32);
-    const TensorRef dq = g.dq.ref(), dk = g.dk.ref(), dv = g.dv.ref();
-    auto expect = [&](const TensorRef& dout, const TensorRef& lse, const TensorRef& gq, const TensorRef& gk,
-                      const std::string& argument, const std::string& text) {
-      try {
-        backward(dout, bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), lse, gq, gk, dv);
-        ADD_FAILURE() << "accepted: " << argument;
-      } catch (const Error& e) {
-        EXPECT_EQ(e.argument(), argument) << e.what();
-        EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-      }
-      EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
-      EXPECT_EQ(g.dk.count_unwritten(), g.dk.numel());
-    };
-    TensorRef bad = dq;
-    bad.shape[1] = 8;
-    expect(bc.dout.ref(), bc.fwd.lse.ref(), bad, dk, "dq", "differs from q's");
-    bad = dk;
-    bad.dtype = DType::kBFloat16;
-    expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dk", "dtype bf16");
-    bad = bc.dout.ref();
-    bad.shape[2] = 1;
-    expect(bad, bc.fwd.lse.ref(), dq, dk, "dout", "differs from out's");
-    bad = bc.fwd.lse.ref();
-    bad.shape[2] = 3;
-    expect(bc.dout.ref(), bad, dq, dk, "lse", "seqlen_q (dim 2) is 3");
-    expect(bc.dout.ref(), bc.fwd.lse.ref(), bc.c.q.ref(), dk, "dq", "overlaps q");
-    bad = dk;
-    bad.data = g.dq.ref().data;  // dk's shape, inside dq's memory
-    expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dq", "overlaps another gradient");
-    // supported_backward says what backward() would do, and why not, without writing anything.
-    const Support ok = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
-                                          bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv);
-    EXPECT_TRUE(ok.ok) << ok.reason;
-    EXPECT_EQ(ok.kernel, Kernel::kCpuTiled);
-    bad = dk;
-    bad.dtype = DType::kBFloat16;
-    const Support no = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
-                                          bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, bad, dv);
-    EXPECT_FALSE(no.ok);
-    EXPECT_EQ(no.reason.rfind("dk: ", 0), 0u) << no.reason;
     EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
-    // A GPU kernel asked for with CPU tensors (the backward's own check, not the forward's).
-    for (Kernel kernel : {Kernel::kCudaSm80, Kernel::kCudaSm90}) {
-      Options o;
-      o.kernel = kernel;
-      try {
-        backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), bc.fwd.lse.ref(),
-                 dq, dk, dv, o);
-        ADD_FAILURE() << "accepted kernel " << kernel_name(kernel) << " on the CPU";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.argument(), "options.kernel") << e.what();
-        EXPECT_NE(std::string(e.what()).find(kernel_name(kernel)), std::string::npos) << e.what();
-      }
-      const Support gpu = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
-                                             bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv, o);
-      EXPECT_FALSE(gpu.ok);
-      EXPECT_EQ(gpu.reason.rfind("options.kernel: ", 0), 0u) << gpu.reason;
-      EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
+    EXPECT_EQ(g.dk.count_unwritten(), g.dk.numel());
+  };
+  TensorRef bad = dq;
+  bad.shape[1] = 8;
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), bad, dk, "dq", "differs from q's");
+  bad = dk;
+  bad.dtype = DType::kBFloat16;
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dk", "dtype bf16");
+  bad = bc.dout.ref();
+  bad.shape[2] = 1;
+  expect(bad, bc.fwd.lse.ref(), dq, dk, "dout", "differs from out's");
+  bad = bc.fwd.lse.ref();
+  bad.shape[2] = 3;
+  expect(bc.dout.ref(), bad, dq, dk, "lse", "seqlen_q (dim 2) is 3");
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), bc.c.q.ref(), dk, "dq", "overlaps q");
+  bad = dk;
+  bad.data = g.dq.ref().data;  // dk's shape, inside dq's memory
+  expect(bc.dout.ref(), bc.fwd.lse.ref(), dq, bad, "dq", "overlaps another gradient");
+  // supported_backward says what backward() would do, and why not, without writing anything.
+  const Support ok = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                        bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  EXPECT_EQ(ok.kernel, Kernel::kCpuTiled);
+  bad = dk;
+  bad.dtype = DType::kBFloat16;
+  const Support no = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                        bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, bad, dv);
+  EXPECT_FALSE(no.ok);
+  EXPECT_EQ(no.reason.rfind("dk: ", 0), 0u) << no.reason;
+  EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
+  // A GPU kernel asked for with CPU tensors (the backward's own check, not the forward's).
+  for (Kernel kernel : {Kernel::kCudaSm80, Kernel::kCudaSm90}) {
+    Options o;
+    o.kernel = kernel;
+    try {
+      backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(), bc.fwd.out.ref(), bc.fwd.lse.ref(),
+               dq, dk, dv, o);
+      ADD_FAILURE() << "accepted kernel " << kernel_name(kernel) << " on the CPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "options.kernel") << e.what();
+      EXPECT_NE(std::string(e.what()).find(kernel_name(kernel)), std::string::npos) << e.what();
     }
+    const Support gpu = supported_backward(bc.dout.ref(), bc.c.q.ref(), bc.c.k.ref(), bc.c.v.ref(),
+                                           bc.fwd.out.ref(), bc.fwd.lse.ref(), dq, dk, dv, o);
+    EXPECT_FALSE(gpu.ok);
+    EXPECT_EQ(gpu.reason.rfind("options.kernel: ", 0), 0u) << gpu.reason;
+    EXPECT_EQ(g.dq.count_unwritten(), g.dq.numel());
   }
+}
 
 }  // namespace
 }  // namespace tileattn::test
