@@ -18,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/convert.h"
 #include "common/mask.h"
 #include "common/online_softmax.h"
@@ -29,15 +30,15 @@ namespace {
 constexpr int64_t kBlockQ = 128, kBlockK = 128;
 
 struct Workspace {
-  std::vector<float> kf, kt, vt, dk, dv;  // the KV head: K [Lk][Dp], K^T and V^T [D][Lkp], dK, dV [Lk][Dp]
-  std::vector<float> q, dout, dq;         // a row block: [Br][Dp]
-  std::vector<float> s, prob, ds;         // [Br][Bc]
-  std::vector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
-  std::vector<char> k_finite;             // per key block: its K rows hold no inf or NaN
+  AlignedVector<float> kf, kt, vt, dk, dv;  // the KV head: K [Lk][Dp], K^T and V^T [D][Lkp], dK, dV [Lk][Dp]
+  AlignedVector<float> q, dout, dq;         // a row block: [Br][Dp]
+  AlignedVector<float> s, prob, ds;         // [Br][Bc]
+  AlignedVector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
+  std::vector<char> k_finite;               // per key block: its K rows hold no inf or NaN
   // The bf16 GEMMs' operands as words of two bf16 (simd gemm_bf16): K^T, V^T pairs along d
   // [D/2][Lkp]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
   // [Br/2][Dp]; dS pairs along keys [Br][Bc/2]; dS, P pairs along rows [Br/2][Bc].
-  std::vector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
+  AlignedVector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
 
   void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
     kf.assign(lk * dp, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/online_softmax.h"
 #include "common/params.h"
 #include "cpu/sink.h"
@@ -18,7 +19,7 @@ inline constexpr int64_t kDecodeBlock = 16;
 // Per-thread scratch for items of up to `heads` KV heads and `rows` query rows: their
 // pre-scaled Q and O, a step's K and V for every KV head (the copying path), a step's scores.
 struct DecodeWorkspace {
-  std::vector<float> q, o, k, v, s;
+  AlignedVector<float> q, o, k, v, s;
   std::vector<SoftmaxRow> state;
   DecodeWorkspace(int64_t heads, int64_t rows, int64_t d, int64_t dp)
       : q(rows * d),

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/mask.h"
 #include "common/online_softmax.h"
 #include "common/partial.h"
@@ -34,20 +35,20 @@ namespace {
 // (only Q, once per work item, is transposed), and the softmax's per-query max and sum run
 // down columns, one SIMD lane per query.
 struct Workspace {
-  std::vector<float> qt;              // [D][Brp]    pre-scaled query tile, transposed
-  std::vector<float> k;               // [Bc][D]     key block
-  std::vector<float> v;               // [Bc][Dp]    value block (columns past D stay 0)
-  std::vector<float> st;              // [Bc][Brp]   logits, then weights, transposed
-  std::vector<float> o;               // [Br][Dp]    unnormalized output
-  std::vector<float> row;             // [D]         one query row
-  std::vector<float> max, base, sum;  // [Brp] per query
-  std::vector<SoftmaxRow> state;      // [Br]
+  AlignedVector<float> qt;              // [D][Brp]    pre-scaled query tile, transposed
+  AlignedVector<float> k;               // [Bc][D]     key block
+  AlignedVector<float> v;               // [Bc][Dp]    value block (columns past D stay 0)
+  AlignedVector<float> st;              // [Bc][Brp]   logits, then weights, transposed
+  AlignedVector<float> o;               // [Br][Dp]    unnormalized output
+  AlignedVector<float> row;             // [D]         one query row
+  AlignedVector<float> max, base, sum;  // [Brp] per query
+  std::vector<SoftmaxRow> state;        // [Br]
   // bf16 on the bf16 GEMM (simd gemm_bf16): words of two bf16, the first in the low half.
-  std::vector<uint32_t> qw;     // [D / 2][Brp]       the query tile's pairs along d, transposed
-  std::vector<uint32_t> kw;     // [Bc][D / 2]        the key block's pairs along d
-  std::vector<uint32_t> vw;     // [Bc / 2][Dp]       the value block's pairs of rows
-  std::vector<uint32_t> pw;     // [Bc / 2][Brp]      the weights' pairs along keys, transposed
-  std::vector<uint16_t> row16;  // [D]            a strided V row gathered
+  AlignedVector<uint32_t> qw;     // [D / 2][Brp]       the query tile's pairs along d, transposed
+  AlignedVector<uint32_t> kw;     // [Bc][D / 2]        the key block's pairs along d
+  AlignedVector<uint32_t> vw;     // [Bc / 2][Dp]       the value block's pairs of rows
+  AlignedVector<uint32_t> pw;     // [Bc / 2][Brp]      the weights' pairs along keys, transposed
+  AlignedVector<uint16_t> row16;  // [D]            a strided V row gathered
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
       : qt(d * brp),

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/aligned.h"
+
 namespace tileattn::detail::avx512bf16 {
 void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
                const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
@@ -112,8 +114,8 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
   // A block's rows of A (k_main words each, rows past M zero) and, for the last block when M is
   // not a multiple of 16, C's rows through a 16-row buffer: every row takes the same tile
   // arithmetic whatever M is (the forward's tile height follows the thread count).
-  thread_local std::vector<uint32_t> rows_buf;
-  thread_local std::vector<float> c_buf;
+  thread_local AlignedVector<uint32_t> rows_buf;
+  thread_local AlignedVector<float> c_buf;
   rows_buf.resize(32 * k_main);
   configure();
   for (int64_t m0 = 0; m0 < M; m0 += 32) {
