@@ -48,7 +48,7 @@ struct Workspace {
   AlignedVector<uint32_t> kw;     // [Bc][D / 2]        the key block's pairs along d
   AlignedVector<uint32_t> vw;     // [Bc / 2][Dp]       the value block's pairs of rows
   AlignedVector<uint32_t> pw;     // [Bc / 2][Brp]      the weights' pairs along keys, transposed
-  AlignedVector<uint16_t> row16;  // [D]            a strided V row gathered
+  AlignedVector<uint16_t> row16;  // [2][D]         strided V rows gathered
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
       : qt(d * brp),
@@ -65,7 +65,7 @@ struct Workspace {
         kw(bc * (d / 2)),
         vw((bc + 1) / 2 * dp),
         pw((bc + 1) / 2 * brp),
-        row16(d) {}
+        row16(2 * d) {}
 };
 
 // bf16 element x of a row at `stride` elements.
@@ -73,14 +73,21 @@ inline uint16_t bf16_at(const void* row, int64_t x, int64_t stride) {
   return static_cast<const uint16_t*>(row)[x * stride];
 }
 
-// Keys [pos0, pos0 + kn) of KV head hk as the bf16 GEMMs' words: K's rows (ws.kw), V's pairs of
-// rows (ws.vw; columns past D and the pair of an odd last row zero). Returns whether every value
-// of V is finite.
-bool pack_kv_pairs(const AttnParams& p, int64_t b, int64_t pos0, int64_t kn, int64_t hk, int64_t Dp,
-                   Workspace& ws) {
+// Whether K's rows of KV head hk can be the bf16 GEMM's A operand where they lie (words of two
+// bf16 at a uniform stride): unit head_dim stride, an even row stride, no page table, and
+// 4-byte aligned rows.
+bool k_words_in_place(const AttnParams& p) {
+  return p.dtype == DType::kBFloat16 && p.k_stride.d == 1 && p.k_stride.l % 2 == 0 && p.k_stride.b % 2 == 0 &&
+         p.k_stride.h % 2 == 0 && p.page_table == nullptr && reinterpret_cast<uintptr_t>(p.k) % 4 == 0;
+}
+
+// Keys [pos0, pos0 + kn) of KV head hk as the bf16 GEMMs' words: K's rows (ws.kw, unless
+// k_in_place), V's pairs of rows (ws.vw; columns past D and the pair of an odd last row zero).
+// Returns whether every value of V is finite.
+bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t pos0, int64_t kn,
+                   int64_t hk, int64_t Dp, bool k_in_place, Workspace& ws) {
   const int64_t D = p.head_dim, D2 = D / 2, sk = p.k_stride.d, sv = p.v_stride.d;
-  uint32_t nonfinite = 0;
-  for (int64_t j = 0; j < kn; ++j) {
+  for (int64_t j = 0; j < kn && !k_in_place; ++j) {
     const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos0 + j, hk));
     uint32_t* kw = ws.kw.data() + j * D2;
     if (sk == 1)
@@ -88,21 +95,21 @@ bool pack_kv_pairs(const AttnParams& p, int64_t b, int64_t pos0, int64_t kn, int
     else
       for (int64_t x = 0; x < D2; ++x)
         kw[x] = bf16_at(k, 2 * x, sk) | uint32_t{bf16_at(k, 2 * x + 1, sk)} << 16;
-    const char* v = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos0 + j, hk));
-    uint32_t* vw = ws.vw.data() + j / 2 * Dp;
-    const uint16_t* row = reinterpret_cast<const uint16_t*>(v);
-    if (sv != 1) {  // a strided row gathered first (the loops below then vectorize)
-      for (int64_t d = 0; d < D; ++d) ws.row16[d] = bf16_at(v, d, sv);
-      row = ws.row16.data();
-    }
-    const int shift = j % 2 == 0 ? 0 : 16;
-    if (shift == 0) std::fill(vw, vw + Dp, 0u);
-    for (int64_t d = 0; d < D; ++d) {
-      vw[d] |= uint32_t{row[d]} << shift;
-      nonfinite |= static_cast<uint32_t>((row[d] & 0x7F80u) == 0x7F80u);
-    }
   }
-  return nonfinite == 0;
+  const auto v_row = [&](int64_t j, uint16_t* buf) {  // V's row j, gathered first when strided
+    const char* v = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos0 + j, hk));
+    if (sv == 1) return reinterpret_cast<const uint16_t*>(v);
+    for (int64_t d = 0; d < D; ++d) buf[d] = bf16_at(v, d, sv);
+    return static_cast<const uint16_t*>(buf);
+  };
+  bool finite = true;
+  for (int64_t j = 0; j < kn; j += 2) {
+    uint32_t* vw = ws.vw.data() + j / 2 * Dp;
+    const uint16_t* second = j + 1 < kn ? v_row(j + 1, ws.row16.data() + D) : nullptr;
+    finite &= simd.interleave_bf16(v_row(j, ws.row16.data()), second, D, vw);
+    std::fill(vw + D, vw + Dp, 0u);
+  }
+  return finite;
 }
 
 // Rows [q0, q1) of sequence `seq` (batch b), head h, against this split's key blocks.
@@ -127,6 +134,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // GPU kernels do (eager rounds S and P alike). With AVX512-BF16's dot products alone the
   // packing costs more than the GEMMs save (docs/cpu.md).
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
+  const bool k_words = pairs && k_words_in_place(p);
   const int64_t D2 = D / 2;
 
   if (pairs)
@@ -167,8 +175,14 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
     bool v_finite = true;
     if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs, then scaled
-      v_finite = pack_kv_pairs(p, b, seq.k_start + k0, kn, hk, Dp, ws);
-      simd.gemm_bf16(kn, Brn, D2, ws.kw.data(), D2, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
+      v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words, ws);
+      const uint32_t* kw = ws.kw.data();
+      int64_t kw_ld = D2;
+      if (k_words) {
+        kw = static_cast<const uint32_t*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk) / 2;
+        kw_ld = p.k_stride.l / 2;
+      }
+      simd.gemm_bf16(kn, Brn, D2, kw, kw_ld, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
       simd.scale(ws.st.data(), kn * Brp, q_mul);
     }
     // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is

@@ -44,6 +44,9 @@ struct SimdKernels {
   // (b null: 0) for i < n; and dst[p] = the pair (x[2p], x[2p + 1]) for p < n_pairs.
   void (*pack_bf16)(const float* a, const float* b, int64_t n, uint32_t* dst);
   void (*pack_bf16_pairs)(const float* x, int64_t n_pairs, uint32_t* dst);
+  // Two rows of bf16 as words: dst[i] = a[i] | b[i] << 16 (b null: 0) for i < n; returns whether
+  // every value is finite (V's pairs of rows for O += P V on bf16).
+  bool (*interleave_bf16)(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst);
   // gemm over bf16 pairs, where the CPU has AVX512-BF16 (null elsewhere): K2 pairs of k;
   // A(i, kp) is the word A[i * rsa + kp * csa] holding (A(i, 2 kp), A(i, 2 kp + 1)) (low half
   // first), B [K2][ldb] words holding (B(2 kp, n), B(2 kp + 1, n)); N a multiple of 16.
