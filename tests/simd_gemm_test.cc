@@ -75,5 +75,30 @@ TEST(SimdGemmBf16, EveryTableMatchesFp64) {
   }
 }
 
+// interleave_bf16 of every table: the words, nothing written past n, and the finite flag for an
+// inf or NaN of either row in the vector body and in the tail.
+TEST(SimdInterleaveBf16, EveryTableWordsAndFiniteFlag) {
+  for (const char* isa : {"amx", "avx512bf16", "avx512", "avx2", "generic"}) {
+    const SimdKernels* k = simd_for(isa);
+    if (k == nullptr) continue;
+    for (int64_t n : {1, 7, 16, 33, 128}) {
+      for (int bad = -1; bad < 4; ++bad) {  // -1: none; 0/1: row a, b at 0; 2/3: a, b at n - 1
+        std::vector<uint16_t> a(n), b(n);
+        for (int64_t i = 0; i < n; ++i)
+          a[i] = bf16_of(0.25f * (i % 9) - 1), b[i] = bf16_of(0.5f * (i % 5) + 3);
+        if (bad >= 0) (bad % 2 == 0 ? a : b)[bad < 2 ? 0 : n - 1] = bad < 2 ? 0x7F80 : 0xFFC1;  // inf, NaN
+        for (bool second : {true, false}) {
+          std::vector<uint32_t> dst(n + 3, 0xDEADBEEFu);
+          const bool finite = k->interleave_bf16(a.data(), second ? b.data() : nullptr, n, dst.data());
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dst[i], pair(a[i], second ? b[i] : 0)) << isa << " " << i;
+          for (int64_t i = n; i < n + 3; ++i) ASSERT_EQ(dst[i], 0xDEADBEEFu) << isa << " wrote past n";
+          const bool want = bad < 0 || (!second && bad % 2 == 1);
+          EXPECT_EQ(finite, want) << isa << " n " << n << " bad " << bad << " second " << second;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tileattn::detail
