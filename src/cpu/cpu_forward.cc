@@ -135,6 +135,10 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // packing costs more than the GEMMs save (docs/cpu.md).
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
   const bool k_words = pairs && k_words_in_place(p);
+  // On pairs without a softcap S^T stays unscaled: its column maxima are scaled instead (x -> x
+  // q_mul is monotonic, so the rounded maximum is the same), and the weights' pass multiplies
+  // each logit by q_mul as the scale pass would have (exp2_pairs_cols): one pass over S^T fewer.
+  const bool fold = pairs && p.softcap == 0;
   const int64_t D2 = D / 2;
 
   if (pairs)
@@ -174,7 +178,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // tile's rows (whose height follows the thread count).
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
     bool v_finite = true;
-    if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs, then scaled
+    if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs (scaled after: fold)
       v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words, ws);
       const uint32_t* kw = ws.kw.data();
       int64_t kw_ld = D2;
@@ -183,7 +187,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
         kw_ld = p.k_stride.l / 2;
       }
       simd.gemm_bf16(kn, Brn, D2, kw, kw_ld, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
-      simd.scale(ws.st.data(), kn * Brp, q_mul);
+      if (!fold) simd.scale(ws.st.data(), kn * Brp, q_mul);
     }
     // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
     // only broadcast from, so its row stride does not matter), else converted into ws.k.
@@ -216,6 +220,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       }
 
     simd.col_max(ws.st.data(), kn, Brp, Brn, ws.max.data());
+    if (fold)
+      for (int64_t r = 0; r < rows; ++r) ws.max[r] *= q_mul;
     for (int64_t r = 0; r < rows; ++r) {
       SoftmaxRow& state = ws.state[r];
       const float alpha = state.advance(ws.max[r], conditional);
@@ -223,7 +229,14 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       ws.base[r] = state.base();
     }
     std::fill(ws.base.begin() + rows, ws.base.begin() + Brp, 0.0f);  // padding columns: unused
-    simd.exp2_cols(ws.st.data(), kn, Brp, Brn, ws.base.data(), ws.sum.data());
+    // The weights: as the bf16 GEMM's pairs of keys when they go through it, else in place.
+    if (pairs && v_finite) {
+      simd.exp2_pairs_cols(ws.st.data(), kn, Brp, Brn, fold ? q_mul : 1.0f, ws.base.data(), ws.sum.data(),
+                           ws.pw.data(), Brp);
+    } else {
+      if (fold) simd.scale(ws.st.data(), kn * Brp, q_mul);
+      simd.exp2_cols(ws.st.data(), kn, Brp, Brn, ws.base.data(), ws.sum.data());
+    }
     for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
     // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
     // In a partly masked block each row sums only the keys it sees: a hidden key has P = 0,
@@ -232,10 +245,6 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // goes through the GEMM while V is finite (a hidden key's 0 x V is 0), row by row on fp32
     // weights where it is not: the choice follows V alone, not the tile's rows (thread count).
     if (pairs && v_finite) {
-      for (int64_t x = 0; x < (kn + 1) / 2; ++x)
-        simd.pack_bf16(ws.st.data() + 2 * x * Brp,
-                       2 * x + 1 < kn ? ws.st.data() + (2 * x + 1) * Brp : nullptr, Brn,
-                       ws.pw.data() + x * Brp);
       simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, ws.vw.data(), Dp, ws.o.data(), Dp, true);
     } else if (visible && !pairs) {
       simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);

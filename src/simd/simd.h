@@ -47,6 +47,12 @@ struct SimdKernels {
   // Two rows of bf16 as words: dst[i] = a[i] | b[i] << 16 (b null: 0) for i < n; returns whether
   // every value is finite (V's pairs of rows for O += P V on bf16).
   bool (*interleave_bf16)(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst);
+  // exp2_cols of x * mul (multiplied, then base subtracted: the same roundings as scale and
+  // then exp2_cols), the weights written as the bf16 GEMM's pairs of rows instead of into x:
+  // dst[(r / 2) * ldd + c] = (w[r][c], w[r + 1][c]) rounded to nearest even (an odd last row
+  // paired with 0); sums[c] = the fp32 sum of w[r][c] over r, as exp2_cols. x is left unchanged.
+  void (*exp2_pairs_cols)(const float* x, int64_t rows, int64_t ld, int64_t n, float mul, const float* base,
+                          float* sums, uint32_t* dst, int64_t ldd);
   // gemm over bf16 pairs, where the CPU has AVX512-BF16 (null elsewhere): K2 pairs of k;
   // A(i, kp) is the word A[i * rsa + kp * csa] holding (A(i, 2 kp), A(i, 2 kp + 1)) (low half
   // first), B [K2][ldb] words holding (B(2 kp, n), B(2 kp + 1, n)); N a multiple of 16.
