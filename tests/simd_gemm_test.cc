@@ -100,5 +100,33 @@ TEST(SimdInterleaveBf16, EveryTableWordsAndFiniteFlag) {
   }
 }
 
+// exp2_pairs_cols of every table: the same bits as scale, exp2_cols and pack_bf16 one after
+// another (the passes it replaces), odd row counts and -inf (masked) entries included, x unchanged.
+TEST(SimdExp2PairsCols, EveryTableSameBitsAsThePassesItReplaces) {
+  for (const char* isa : {"amx", "avx512bf16", "avx512", "avx2", "generic"}) {
+    const SimdKernels* k = simd_for(isa);
+    if (k == nullptr) continue;
+    const int64_t n = 2 * k->width, ld = n + k->width;
+    for (int64_t rows : {1, 2, 5, 16}) {
+      std::vector<float> x(rows * ld), base(n), sums(n), want_sums(n);
+      for (int64_t i = 0; i < rows * ld; ++i) x[i] = std::sin(0.7f * static_cast<float>(i)) * 9;
+      x[0] = -INFINITY;
+      for (int64_t c = 0; c < n; ++c) base[c] = 0.25f * static_cast<float>(c % 7) - 1;
+      const float mul = 1.3f;
+      std::vector<float> y = x;
+      k->scale(y.data(), rows * ld, mul);
+      k->exp2_cols(y.data(), rows, ld, n, base.data(), want_sums.data());
+      std::vector<uint32_t> want((rows + 1) / 2 * ld, 0), got(want.size(), 0);
+      for (int64_t r = 0; r < rows; r += 2)
+        k->pack_bf16(&y[r * ld], r + 1 < rows ? &y[(r + 1) * ld] : nullptr, n, &want[r / 2 * ld]);
+      const std::vector<float> x0 = x;
+      k->exp2_pairs_cols(x.data(), rows, ld, n, mul, base.data(), sums.data(), got.data(), ld);
+      EXPECT_EQ(got, want) << isa << " rows " << rows;
+      EXPECT_EQ(0, std::memcmp(sums.data(), want_sums.data(), n * 4)) << isa << " rows " << rows;
+      EXPECT_EQ(0, std::memcmp(x.data(), x0.data(), x.size() * 4)) << isa;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tileattn::detail
