@@ -211,6 +211,27 @@ TEST(Backward, NanInQOrDoReachesOnlyKeysItsRowSees) {
     }
 }
 
+// Under a sliding window a NaN key makes the LSE of the rows that see it NaN; their hidden
+// weights must still be 0 in the whole-block GEMMs, so keys only other rows see (211..299 here,
+// whose rows never see key 110) keep finite dK and dV, fp32 and bf16.
+TEST(Backward, NanLseOfOtherRowsStaysOutOfKeysTheyDoNotSee) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Problem p = make(300, 300, 1, 1, 64, dtype);
+    p.options.window_left = 100, p.options.window_right = 0;
+    BackwardCase bc(p);
+    bc.c.k.set({0, 110, 0, 5}, std::numeric_limits<double>::quiet_NaN());
+    bc.c.run_oracle();
+    bc.fwd = run_forward(bc.c);
+    const Grads g = bc.run(p.options);
+    for (int64_t j = 211; j < 300; ++j)
+      for (int64_t d = 0; d < 64; ++d) {
+        ASSERT_TRUE(std::isfinite(g.dk.get({0, j, 0, d}))) << "key " << j;
+        ASSERT_TRUE(std::isfinite(g.dv.get({0, j, 0, d}))) << "key " << j;
+      }
+    EXPECT_TRUE(std::isnan(g.dv.get({0, 150, 0, 0})));  // seen by rows 150..210, which see key 110
+  }
+}
+
 TEST(Backward, RowsThatSeeNoKeyGetZero) {
   Problem p = make(90, 40, 2, 2, 16, DType::kBFloat16);
   p.options.window_left = 0, p.options.window_right = 0;  // rows 0..49 sit before every key

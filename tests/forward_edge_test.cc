@@ -211,6 +211,32 @@ TEST(Extremes, LogitsOfTenThousandStayFinite) {
   }
 }
 
+// A scale of 0 (every visible key weighs the same) and a negative one (the softmax of -S) are
+// legal: the bf16 path on AMX scales S after its GEMM and must not turn a masked -inf into NaN
+// (-inf x 0) or +inf, nor take a column's maximum for its minimum. Off the tile grid, causal and
+// windowed, D not a power of two.
+TEST(Extremes, ZeroAndNegativeScales) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16})
+    for (float scale : {0.0f, -0.125f})
+      for (int window : {-1, 40}) {
+        Problem p = nan_problem(300, 300, window < 0);
+        p.dtype = dtype;
+        p.head_dim = 48;
+        if (window >= 0) p.options.window_left = window, p.options.window_right = 0;
+        p.options.scale = scale;
+        Case c(p);
+        c.run_oracle();
+        const Result r = run_forward(c);
+        expect_written(r, "forward");
+        const Errors e = measure(r, c);
+        EXPECT_EQ(e.mismatches, 0) << e.first_mismatch << " scale " << scale;
+        const Errors b = measure(run_eager(c), c);
+        const Atol atol = atol_for(dtype);
+        EXPECT_LE(e.out, 2 * b.out + atol.out) << "scale " << scale;
+        EXPECT_LE(e.lse, 2 * b.lse + atol.lse) << "scale " << scale;
+      }
+}
+
 TEST(Extremes, ConditionalAndAlwaysRescaleAgree) {
   // Keys sorted by their dot with q grow the row max block after block.
   Problem p = nan_problem(64, 512, false);

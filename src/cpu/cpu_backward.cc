@@ -78,7 +78,8 @@ void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, 
     for (int64_t c = lo; c < hi; ++c) prob[c] = s[c] * s2;
   }
   std::fill(prob, prob + lo, -INFINITY), std::fill(prob + hi, prob + kBlockK, -INFINITY);
-  simd.exp2_sum(prob, kBlockK, lse2);  // exp2(-inf) is exactly 0
+  simd.exp2_sum(prob, kBlockK, lse2);  // exp2(-inf) is exactly 0, unless lse2 is NaN:
+  std::fill(prob, prob + lo, 0.0f), std::fill(prob + hi, prob + kBlockK, 0.0f);  // so hidden P is 0
   for (int64_t c = lo; c < hi; ++c) ds[c] = prob[c] * (ds[c] - delta);
   if (cap > 0)
     for (int64_t c = lo; c < hi; ++c) ds[c] *= dtanh[c];

@@ -136,9 +136,11 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
   const bool k_words = pairs && k_words_in_place(p);
   // On pairs without a softcap S^T stays unscaled: its column maxima are scaled instead (x -> x
-  // q_mul is monotonic, so the rounded maximum is the same), and the weights' pass multiplies
-  // each logit by q_mul as the scale pass would have (exp2_pairs_cols): one pass over S^T fewer.
-  const bool fold = pairs && p.softcap == 0;
+  // q_mul is monotonic for q_mul > 0, so the rounded maximum is the same), and the weights' pass
+  // multiplies each logit by q_mul as the scale pass would have (exp2_pairs_cols): one pass over
+  // S^T fewer. Not for a scale <= 0 (legal): masked -inf times it is NaN or +inf, and a maximum
+  // becomes a minimum.
+  const bool fold = pairs && p.softcap == 0 && q_mul > 0;
   const int64_t D2 = D / 2;
 
   if (pairs)
