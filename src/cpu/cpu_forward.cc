@@ -270,14 +270,15 @@ void run(const AttnParams& p) {
   const SimdKernels& simd = detail::simd();
   const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
   TileConfig tile = tile_config(p.head_dim, p.seqlen_q, p.batch * p.heads_q, threads);
-  // bf16 on AMX tiles: blocks of 128 keys (4 chunks of k pairs in O += P V between C's tile
+  // bf16 on AMX tiles: blocks of 256 keys (8 chunks of k pairs in O += P V between C's tile
   // loads and stores) and, without a mask, of 512 query rows where there are items enough (each
-  // K and V block is packed once for more rows; under a causal mask the larger diagonal blocks
-  // cost more than that saves). D = 128, L = 2048 on the Xeon of docs/cpu.md: 208-223 GFLOP/s
-  // with 128 keys against 183-198 at 64 and 191-193 at 256; then 221-224 with 512 rows against
-  // 193-208 at 256 and 198-204 at 1024.
+  // V block is packed once for more rows; under a causal mask the larger diagonal blocks cost
+  // more than that saves). The Xeon of docs/cpu.md, D = 128, L = 2048: with 128 keys 208-223
+  // GFLOP/s against 183-198 at 64 and 191-193 at 256, then 221-224 with 512 rows against 193-208
+  // at 256 and 198-204 at 1024 (79d7c21, eabd560); once the buffers were aligned and K read in
+  // place (ca7e96e), 256 keys ran 1.06-1.15x 128 (L = 512-4096, D = 64 and 128, GQA 32 / 8).
   if (p.dtype == DType::kBFloat16 && simd.amx && p.head_dim % 2 == 0) {
-    tile.block_k = 128;
+    tile.block_k = 256;
     if (std::is_same_v<Mask, NoMask> && tile.block_q == 256 &&
         p.batch * p.heads_q * ((p.seqlen_q + 511) / 512) >= 4 * threads)
       tile.block_q = 512;
