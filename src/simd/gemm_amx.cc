@@ -2,7 +2,8 @@
 // multiplied and summed into fp32, 16 x 16 fp32 results a tile), compiled with -mamx-tile
 // -mamx-bf16 and used only where the CPU has AMX and the OS grants its tile state (simd.cc).
 // Blocks of 32 x 32 of C (four tiles) over chunks of 16 k pairs; A's rows of a block are first
-// copied into a buffer of 32 rows x K2 words (A may be stored transposed: csa != 1), B's rows
+// copied into a buffer of 32 rows x K2 words (A may be stored transposed: csa != 1, then by
+// 16 x 16 AVX-512 transposes where its rows are contiguous, rsa == 1), B's rows
 // are read in place (they are already pairs of k, the layout TDPBF16PS takes). A last block of
 // fewer than 16 or 32 rows runs on tiles too, through zero rows; pairs past the last chunk of 16
 // run on the AVX512-BF16 GEMM.
@@ -102,6 +103,30 @@ void half_block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, i
   if (kTwoN) _tile_stored(1, c + 16, cs);
 }
 
+// dst[c][r] = src[r][c] for a 16 x 16 block of words (rows lds and ldd words apart): 32-bit,
+// then 64-bit interleaves of row pairs, then two rounds of 128-bit lane shuffles.
+void transpose16(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd) {
+  __m512i r[16], t[16], u[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
+  for (int i = 0; i < 16; i += 2)
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  for (int g = 0; g < 16; g += 4) {  // u[g + j]: rows g..g + 3 at columns j, j + 4, j + 8, j + 12
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]), u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]),
+          u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88),
+                  v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88),
+                  v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    _mm512_storeu_si512(dst + j * ldd, _mm512_shuffle_i32x4(v0, v2, 0x88));
+    _mm512_storeu_si512(dst + (j + 8) * ldd, _mm512_shuffle_i32x4(v0, v2, 0xdd));
+    _mm512_storeu_si512(dst + (j + 4) * ldd, _mm512_shuffle_i32x4(v1, v3, 0x88));
+    _mm512_storeu_si512(dst + (j + 12) * ldd, _mm512_shuffle_i32x4(v1, v3, 0xdd));
+  }
+}
+
 }  // namespace
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
@@ -125,7 +150,12 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
     const bool in_place = csa == 1 && whole;
     const uint32_t* a_rows = in_place ? A + m0 * rsa : rows_buf.data();
     const int64_t a_ld = in_place ? rsa : k_main;
-    for (int64_t i = 0; i < m_rows && !in_place; ++i) {
+    int64_t i = 0;
+    if (!in_place && rsa == 1)  // A stored transposed with its rows contiguous: 16 x 16 blocks
+      for (; i + 16 <= m_rows; i += 16)
+        for (int64_t k = 0; k < k_main; k += 16)
+          transpose16(A + m0 + i + k * csa, csa, rows_buf.data() + i * k_main + k, k_main);
+    for (; i < m_rows && !in_place; ++i) {
       const uint32_t* src = A + (m0 + i) * rsa;
       uint32_t* dst = rows_buf.data() + i * k_main;
       if (csa == 1)
