@@ -135,42 +135,26 @@ TEST(Select, Sm90BackwardTurnsDownWhatItHasNoKernelFor) {
   EXPECT_NE(r.reason.find("zero stride"), std::string::npos) << r.reason;
 }
 
-// The default's choice, where the sm90 backward was measured ahead of the sm80 kernels (cuda_limits.cc):
-// head dims 64, 128 and 256, dense or not, deterministic or not. Never at other head dims.
-TEST(Select, Sm90BackwardPreferredWhereMeasuredAhead) {
+// The default's choice: the sm90 backward wherever it can run (measured ahead of the sm80 kernels
+// at every shape timed, cuda_limits.cc): head dims 64, 128 and 256, dense, seqused or packed,
+// deterministic or not, the same answer as sm90_backward_rejects; never at other head dims.
+TEST(Select, Sm90BackwardPreferredWhereverItRuns) {
   AttnParams p = decode(64);
   p.seqlen_q = 1024, p.seqlen_k = 1024;
-  BackwardParams b = backward_of(p);
-  for (int d : {64, 128, 256}) {
-    b.fwd.head_dim = d, b.deterministic = false;
-    EXPECT_TRUE(sm90_backward_measured_ahead(b)) << d;
-    b.deterministic = true;
-    EXPECT_TRUE(sm90_backward_measured_ahead(b)) << d;
-  }
-  b.deterministic = false, b.fwd.window_right = 0;  // causal
-  EXPECT_TRUE(sm90_backward_measured_ahead(b));
-  b.fwd.head_dim = 96;
-  EXPECT_FALSE(sm90_backward_measured_ahead(b));
   static const int32_t used[4] = {1, 2, 3, 4};
   static const int32_t cu[5] = {0, 1, 3, 6, 10};
-  for (int d : {64, 128, 256}) {
-    for (bool det : {false, true}) {
-      BackwardParams used_b = b, packed_b = b;
-      used_b.fwd.head_dim = packed_b.fwd.head_dim = d;
-      used_b.deterministic = packed_b.deterministic = det;
-      used_b.fwd.seqs.used_q = used;
-      packed_b.fwd.seqs.cu_k = cu;
-      EXPECT_TRUE(sm90_backward_measured_ahead(used_b)) << d << " " << det;
-      EXPECT_TRUE(sm90_backward_measured_ahead(packed_b)) << d << " " << det;
-      used_b.fwd.head_dim = packed_b.fwd.head_dim = 96;
-      EXPECT_FALSE(sm90_backward_measured_ahead(used_b)) << det;
-      EXPECT_FALSE(sm90_backward_measured_ahead(packed_b)) << det;
+  for (int d : {64, 96, 128, 256})
+    for (int kind : {0, 1, 2}) {  // dense, seqused, packed k
+      BackwardParams b = backward_of(p);
+      b.fwd.head_dim = d, b.fwd.window_right = kind == 1 ? 0 : -1;
+      if (kind == 1) b.fwd.seqs.used_q = used;
+      if (kind == 2) b.fwd.seqs.cu_k = cu, b.fwd.total_k = 10;
+      const bool preferred = sm90_backward_preferred(b);
+      EXPECT_EQ(preferred, sm90_backward_rejects(b).ok()) << d << " " << kind;
+      if (d == 96) EXPECT_FALSE(preferred) << kind;
+      b.deterministic = true;
+      EXPECT_EQ(sm90_backward_preferred(b), preferred) << d << " " << kind << " deterministic";
     }
-  }
-  // Preferred: measured ahead and takeable (a build without the kernel prefers nothing).
-  EXPECT_FALSE(sm90_backward_preferred(b));
-  b.fwd.head_dim = 128;
-  EXPECT_EQ(sm90_backward_preferred(b), sm90_backward_rejects(b).ok());
 }
 
 }  // namespace

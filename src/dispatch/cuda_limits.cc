@@ -139,21 +139,14 @@ Rejection sm90_backward_rejects(const BackwardParams& b) {
 #endif
 }
 
-// Measured (bf16, the backward suites): the sm90 backward is ahead of the sm80 kernels at every
-// shape measured. On an H200 (bench/results/gpu_backward_h200_2026-12-05_c95c5be.txt, and 9e5be2f
-// for deterministic mode at 128): dense batches at head dim 128, 1.1-2.3x at 64 and 2.1-3.7x at
-// 256; varlen and seqused batches (bwd_seq) 1.6-2.2x at 64 and 128. On an H100
+// Preferred wherever it can run: measured (bf16, the backward suites) ahead of the sm80 kernels
+// at every shape timed. On an H200 (bench/results/gpu_backward_h200_2026-12-05_c95c5be.txt, and
+// 9e5be2f for deterministic mode at 128): dense batches at head dim 128, 1.1-2.3x at 64 and
+// 2.1-3.7x at 256; varlen and seqused batches (bwd_seq) 1.6-2.2x at 64 and 128. On an H100
 // (gpu_backward_h100_2026-12-05_1457cd4.json): deterministic mode 1.3-2.8x at 64 and 256, dense
 // and varlen, and varlen batches at 256 2.7-3.5x; (gpu_backward_h100_2026-12-05_0bcd6ee.json)
 // deterministic varlen batches at 128, 1.6-2.0x. Packed and seqused batches run the same kernel
 // (launch_bwd's kVarlen: ragged blocks), timed on packed ones.
-bool sm90_backward_measured_ahead(const BackwardParams& b) {
-  const int d = b.fwd.head_dim;
-  return d == 64 || d == 128 || d == 256;
-}
-
-bool sm90_backward_preferred(const BackwardParams& b) {
-  return sm90_backward_measured_ahead(b) && sm90_backward_rejects(b).ok();
-}
+bool sm90_backward_preferred(const BackwardParams& b) { return sm90_backward_rejects(b).ok(); }
 
 }  // namespace tileattn::detail

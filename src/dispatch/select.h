@@ -43,10 +43,8 @@ Rejection cuda_backward_rejects(const BackwardParams& b);
 bool sm90_gathers(const AttnParams& p);
 // Why the sm90 backward cannot run b (on top of the above and an sm90-capable selection).
 Rejection sm90_backward_rejects(const BackwardParams& b);
-// Whether the sm90 backward was measured ahead of the sm80 kernels on b's kind of problem (head
-// dims 64, 128 and 256; docs/kernels/sm90.md, "The backward"; what is not yet timed is not).
-// Kernel::kAuto runs it there where it can (preferred).
-bool sm90_backward_measured_ahead(const BackwardParams& b);
+// Whether Kernel::kAuto runs the sm90 backward: wherever it can (measured ahead of the sm80
+// kernels at every shape timed: cuda_limits.cc, docs/kernels/sm90.md "The backward").
 bool sm90_backward_preferred(const BackwardParams& b);
 
 }  // namespace tileattn::detail

@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaBackwardSm90, testing::ValuesIn(sm90_cases()
 
 // By default, on Hopper, deterministic mode runs the sm90 backward at head dims 64, 128 and 256
 // (the same bits as asking for it), dense and packed. SupportedBackwardNamesTheKernel covers the other mode;
-// the rule itself is tested by Select.Sm90BackwardPreferredWhereMeasuredAhead.
+// the rule itself is tested by Select.Sm90BackwardPreferredWhereverItRuns.
 TEST(CudaBackwardSm90, IsTheDefaultWhereMeasuredAhead) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
