@@ -37,70 +37,40 @@ void configure() {
   _tile_loadconfig(&cfg);
 }
 
-// C[32 x 32] (+)= A[32 x 16 k2] B[16 k2 x 32] with a: the block's 32 rows (lda words a row), b:
-// B's first pair row and columns (ldb words), c: C's block; two_n: the second 16 columns exist.
-template <bool kTwoN>
+// C[16 kTwoM rows x 16 kTwoN columns] (+)= A B over k2 pairs (chunks of 16) with a: the block's
+// rows of A (lda words a row), b: B's first pair row and columns (ldb words), c: C's block.
+// Tiles 0, 1 (2, 3): C's first (second) 16 rows; 4 (5): A's; 6, 7: B's two 16 columns.
+template <bool kTwoM, bool kTwoN>
 void block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
            bool accumulate) {
   const int64_t cs = ldc * 4, as = lda * 4, bs = ldb * 4;
   if (accumulate) {
     _tile_loadd(0, c, cs);
-    _tile_loadd(2, c + 16 * ldc, cs);
-    if (kTwoN) {
-      _tile_loadd(1, c + 16, cs);
-      _tile_loadd(3, c + 16 * ldc + 16, cs);
-    }
-  } else {
-    _tile_zero(0);
-    _tile_zero(2);
-    if (kTwoN) {
-      _tile_zero(1);
-      _tile_zero(3);
-    }
-  }
-  for (int64_t k = 0; k < k2; k += 16) {
-    _tile_loadd(4, a + k, as);
-    _tile_loadd(5, a + 16 * lda + k, as);
-    _tile_loadd(6, b + k * ldb, bs);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(2, 5, 6);
-    if (kTwoN) {
-      _tile_loadd(7, b + k * ldb + 16, bs);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-  }
-  _tile_stored(0, c, cs);
-  _tile_stored(2, c + 16 * ldc, cs);
-  if (kTwoN) {
-    _tile_stored(1, c + 16, cs);
-    _tile_stored(3, c + 16 * ldc + 16, cs);
-  }
-}
-
-// One 16-row block (the last of an odd count): tiles 0, 1 of C, 4 of A, 6, 7 of B.
-template <bool kTwoN>
-void half_block(int64_t k2, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, float* c,
-                int64_t ldc, bool accumulate) {
-  const int64_t cs = ldc * 4, as = lda * 4, bs = ldb * 4;
-  if (accumulate) {
-    _tile_loadd(0, c, cs);
     if (kTwoN) _tile_loadd(1, c + 16, cs);
+    if (kTwoM) _tile_loadd(2, c + 16 * ldc, cs);
+    if (kTwoM && kTwoN) _tile_loadd(3, c + 16 * ldc + 16, cs);
   } else {
     _tile_zero(0);
     if (kTwoN) _tile_zero(1);
+    if (kTwoM) _tile_zero(2);
+    if (kTwoM && kTwoN) _tile_zero(3);
   }
   for (int64_t k = 0; k < k2; k += 16) {
     _tile_loadd(4, a + k, as);
+    if (kTwoM) _tile_loadd(5, a + 16 * lda + k, as);
     _tile_loadd(6, b + k * ldb, bs);
     _tile_dpbf16ps(0, 4, 6);
+    if (kTwoM) _tile_dpbf16ps(2, 5, 6);
     if (kTwoN) {
       _tile_loadd(7, b + k * ldb + 16, bs);
       _tile_dpbf16ps(1, 4, 7);
+      if (kTwoM) _tile_dpbf16ps(3, 5, 7);
     }
   }
   _tile_stored(0, c, cs);
   if (kTwoN) _tile_stored(1, c + 16, cs);
+  if (kTwoM) _tile_stored(2, c + 16 * ldc, cs);
+  if (kTwoM && kTwoN) _tile_stored(3, c + 16 * ldc + 16, cs);
 }
 
 // dst[c][r] = src[r][c] for a 16 x 16 block of words (rows lds and ldd words apart): 32-bit,
@@ -176,14 +146,15 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
     for (int64_t n0 = 0; n0 < N; n0 += 32) {
       const bool two_n = n0 + 32 <= N;
       float* c = c_block + n0;
+      const bool acc = accumulate || !whole;
       if (two_m && two_n)
-        block<true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<true, true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, acc);
       else if (two_m)
-        block<false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<true, false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, acc);
       else if (two_n)
-        half_block<true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<false, true>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, acc);
       else
-        half_block<false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, accumulate || !whole);
+        block<false, false>(k_main, a_rows, a_ld, B + n0, ldb, c, c_ld, acc);
     }
     if (!whole)
       for (int64_t i = 0; i < m_rows; ++i) std::memcpy(C + (m0 + i) * ldc, &c_buf[i * N], N * 4);
