@@ -77,9 +77,10 @@ void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, 
   } else {
     for (int64_t c = lo; c < hi; ++c) prob[c] = s[c] * s2;
   }
-  std::fill(prob, prob + lo, -INFINITY), std::fill(prob + hi, prob + kBlockK, -INFINITY);
-  simd.exp2_sum(prob, kBlockK, lse2);  // exp2(-inf) is exactly 0, unless lse2 is NaN:
-  std::fill(prob, prob + lo, 0.0f), std::fill(prob + hi, prob + kBlockK, 0.0f);  // so hidden P is 0
+  // Only the visible span is exponentiated; hidden P is 0 whatever lse2 is (a NaN LSE, from a
+  // NaN key of this row, must not reach keys the row does not see through the block's GEMMs).
+  simd.exp2_sum(prob + lo, hi - lo, lse2);
+  std::fill(prob, prob + lo, 0.0f), std::fill(prob + hi, prob + kBlockK, 0.0f);
   for (int64_t c = lo; c < hi; ++c) ds[c] = prob[c] * (ds[c] - delta);
   if (cap > 0)
     for (int64_t c = lo; c < hi; ++c) ds[c] *= dtanh[c];
