@@ -112,6 +112,35 @@ bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int6
   return finite;
 }
 
+// -inf where row q0 + r does not see key k0 + j, in S^T [kn][ld]. lo and hi are non-decreasing
+// in the row (mask.h), so for key j the rows that do not see it are a prefix (hi <= j) and a
+// suffix (lo > j), both moving right as j grows: two fills a key, each along S^T's contiguous
+// row (a loop over the rows of each key had stored one float a cache line).
+template <class Mask>
+void mask_block(const Mask& mask, int64_t q0, int64_t rows, int64_t k0, int64_t kn, float* st, int64_t ld) {
+  int64_t before = 0, after = 0;  // rows [0, before) end before key j; rows [after, rows) start after it
+  for (int64_t j = 0; j < kn; ++j) {
+    while (before < rows && mask.hi(q0 + before) <= k0 + j) ++before;
+    while (after < rows && mask.lo(q0 + after) <= k0 + j) ++after;
+    float* s = st + j * ld;
+    std::fill(s, s + before, -INFINITY);
+    std::fill(s + std::max(before, after), s + rows, -INFINITY);
+  }
+}
+
+// Prefetches into L2 the `n` rows of `D` elements from `base` at element offsets offset(i): rows
+// of one head lie H x D elements apart (kilobytes), out of reach of the hardware's stream
+// prefetch, which stays within a 4 KiB page, so each row's first touch would wait on memory.
+template <class Offset>
+void prefetch_rows(const void* base, DType dtype, int64_t D, int64_t d_stride, int64_t n, Offset offset) {
+  if (d_stride != 1) return;
+  const int64_t bytes = D * static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    const char* row = element_ptr(base, dtype, offset(i));
+    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
+  }
+}
+
 // Rows [q0, q1) of sequence `seq` (batch b), head h, against this split's key blocks.
 template <class Mask>
 void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, const TileConfig& tile,
@@ -143,13 +172,16 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   const bool fold = pairs && p.softcap == 0 && q_mul > 0;
   const int64_t D2 = D / 2;
 
+  const auto q_offset = [&](int64_t r) {
+    return b * p.q_stride.b + (seq.q_start + q0 + r) * p.q_stride.l + h * p.q_stride.h;
+  };
+  prefetch_rows(p.q, p.dtype, D, p.q_stride.d, rows, q_offset);
   if (pairs)
     std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
   else
     std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t off = b * p.q_stride.b + (seq.q_start + q0 + r) * p.q_stride.l + h * p.q_stride.h;
-    const char* q = element_ptr(p.q, p.dtype, off);
+    const char* q = element_ptr(p.q, p.dtype, q_offset(r));
     if (pairs)
       for (int64_t x = 0; x < D2; ++x)
         ws.qw[x * Brp + r] = bf16_at(q, 2 * x, p.q_stride.d) | uint32_t{bf16_at(q, 2 * x + 1, p.q_stride.d)}
@@ -179,6 +211,14 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // masked below: the GEMMs' chunks of k and the finite-V choice then follow the grid, not the
     // tile's rows (whose height follows the thread count).
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
+    // The next block's K and V rows, on their way to L2 while this block computes.
+    const int64_t k_next = k0 + tile.block_k;
+    const int64_t kn_next = std::min(tile.block_k, std::min(n_end * tile.block_k, k_end) - k_next);
+    const auto next_pos = [&](const Strides4& st) {
+      return [&, st](int64_t j) { return kv_offset(p, st, b, seq.k_start + k_next + j, hk); };
+    };
+    prefetch_rows(p.k, p.dtype, D, p.k_stride.d, kn_next, next_pos(p.k_stride));
+    prefetch_rows(p.v, p.dtype, D, p.v_stride.d, kn_next, next_pos(p.v_stride));
     bool v_finite = true;
     if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs (scaled after: fold)
       v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words, ws);
@@ -214,12 +254,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       for (int64_t j = 0; j < kn; ++j)
         for (int64_t r = 0; r < rows; ++r) ws.st[j * Brp + r] = std::tanh(ws.st[j * Brp + r]) * cap_mul;
     const bool visible = block_fully_visible(mask, q0, q1, k0, k0 + kn);
-    if (!visible)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lo = mask.lo(q0 + r) - k0, hi = mask.hi(q0 + r) - k0;
-        for (int64_t j = 0; j < kn; ++j)
-          if (j < lo || j >= hi) ws.st[j * Brp + r] = -INFINITY;
-      }
+    if (!visible) mask_block(mask, q0, rows, k0, kn, ws.st.data(), Brp);
 
     simd.col_max(ws.st.data(), kn, Brp, Brn, ws.max.data());
     if (fold)
