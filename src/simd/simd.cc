@@ -21,6 +21,8 @@ extern const SimdKernels kKernels;
 namespace avx512bf16 {
 void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa, int64_t csa,
                const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+void exp2_pairs_cols(const float* x, int64_t rows, int64_t ld, int64_t n, float mul, const float* base,
+                     float* sums, uint32_t* dst, int64_t ldd);
 }
 #endif
 #if defined(TILEATTN_GEMM_AMX)
@@ -93,6 +95,7 @@ const SimdKernels* simd_for(const char* isa) {
       SimdKernels t = avx512::kKernels;
       t.isa = "avx512bf16";
       t.gemm_bf16 = &avx512bf16::gemm_bf16;
+      t.exp2_pairs_cols = &avx512bf16::exp2_pairs_cols;
       return t;
     }();
     return &k;
