@@ -41,7 +41,8 @@ void exp2_pairs_cols(const float* x, int64_t rows, int64_t ld, int64_t n, float 
   const __m512 m = _mm512_set1_ps(mul);
   // VCVTNE2PS2BF16 (b, a) gives a's 16 words, then b's: word 2c <- a's c, word 2c + 1 <- b's c.
   alignas(64) uint16_t order[32];
-  for (int c = 0; c < 16; ++c) order[2 * c] = static_cast<uint16_t>(c), order[2 * c + 1] = static_cast<uint16_t>(16 + c);
+  for (int c = 0; c < 16; ++c)
+    order[2 * c] = static_cast<uint16_t>(c), order[2 * c + 1] = static_cast<uint16_t>(16 + c);
   const __m512i interleave = _mm512_load_si512(order);
   for (int64_t c = 0; c < n; c += 16) {
     const __m512 b = _mm512_loadu_ps(base + c);

@@ -23,7 +23,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K2, const uint32_t* A, int64_t rsa,
                const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
 void exp2_pairs_cols(const float* x, int64_t rows, int64_t ld, int64_t n, float mul, const float* base,
                      float* sums, uint32_t* dst, int64_t ldd);
-}
+}  // namespace avx512bf16
 #endif
 #if defined(TILEATTN_GEMM_AMX)
 namespace amx {
