@@ -22,6 +22,7 @@
 #include "common/partial.h"
 #include "cpu/combine.h"
 #include "cpu/cpu_decode.h"
+#include "cpu/kv_pairs.h"
 #include "cpu/sink.h"
 #include "cpu/tile_config.h"
 #include "dispatch/splits.h"
@@ -68,50 +69,6 @@ struct Workspace {
         row16(2 * d) {}
 };
 
-// bf16 element x of a row at `stride` elements.
-inline uint16_t bf16_at(const void* row, int64_t x, int64_t stride) {
-  return static_cast<const uint16_t*>(row)[x * stride];
-}
-
-// Whether K's rows of KV head hk can be the bf16 GEMM's A operand where they lie (words of two
-// bf16 at a uniform stride): unit head_dim stride, an even row stride, no page table, and
-// 4-byte aligned rows.
-bool k_words_in_place(const AttnParams& p) {
-  return p.dtype == DType::kBFloat16 && p.k_stride.d == 1 && p.k_stride.l % 2 == 0 && p.k_stride.b % 2 == 0 &&
-         p.k_stride.h % 2 == 0 && p.page_table == nullptr && reinterpret_cast<uintptr_t>(p.k) % 4 == 0;
-}
-
-// Keys [pos0, pos0 + kn) of KV head hk as the bf16 GEMMs' words: K's rows (ws.kw, unless
-// k_in_place), V's pairs of rows (ws.vw; columns past D and the pair of an odd last row zero).
-// Returns whether every value of V is finite.
-bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t pos0, int64_t kn,
-                   int64_t hk, int64_t Dp, bool k_in_place, Workspace& ws) {
-  const int64_t D = p.head_dim, D2 = D / 2, sk = p.k_stride.d, sv = p.v_stride.d;
-  for (int64_t j = 0; j < kn && !k_in_place; ++j) {
-    const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos0 + j, hk));
-    uint32_t* kw = ws.kw.data() + j * D2;
-    if (sk == 1)
-      std::memcpy(kw, k, D2 * 4);
-    else
-      for (int64_t x = 0; x < D2; ++x)
-        kw[x] = bf16_at(k, 2 * x, sk) | uint32_t{bf16_at(k, 2 * x + 1, sk)} << 16;
-  }
-  const auto v_row = [&](int64_t j, uint16_t* buf) {  // V's row j, gathered first when strided
-    const char* v = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos0 + j, hk));
-    if (sv == 1) return reinterpret_cast<const uint16_t*>(v);
-    for (int64_t d = 0; d < D; ++d) buf[d] = bf16_at(v, d, sv);
-    return static_cast<const uint16_t*>(buf);
-  };
-  bool finite = true;
-  for (int64_t j = 0; j < kn; j += 2) {
-    uint32_t* vw = ws.vw.data() + j / 2 * Dp;
-    const uint16_t* second = j + 1 < kn ? v_row(j + 1, ws.row16.data() + D) : nullptr;
-    finite &= simd.interleave_bf16(v_row(j, ws.row16.data()), second, D, vw);
-    std::fill(vw + D, vw + Dp, 0u);
-  }
-  return finite;
-}
-
 // -inf where row q0 + r does not see key k0 + j, in S^T [kn][ld]. lo and hi are non-decreasing
 // in the row (mask.h), so for key j the rows that do not see it are a prefix (hi <= j) and a
 // suffix (lo > j), both moving right as j grows: two fills a key, each along S^T's contiguous
@@ -145,7 +102,7 @@ void prefetch_rows(const void* base, DType dtype, int64_t D, int64_t d_stride, i
 template <class Mask>
 void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, const TileConfig& tile,
               int64_t b, int64_t h, int64_t q0, int64_t q1, const SeqInfo& seq, int split, int splits,
-              const Sink& sink, Workspace& ws) {
+              const Sink& sink, const PackedKv& packed, Workspace& ws) {
   const int64_t rows = q1 - q0, hk = h / p.group_size();
   // Columns of Q^T and S^T: this tile's rows rounded up to whole vectors (a short last tile
   // or a single decode row does not pay for a full Br), Brn; their rows Brp apart, a vector
@@ -211,22 +168,31 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // masked below: the GEMMs' chunks of k and the finite-V choice then follow the grid, not the
     // tile's rows (whose height follows the thread count).
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
-    // The next block's K and V rows, on their way to L2 while this block computes.
+    // Unpacked: the next block's K and V rows, on their way to L2 while this block computes.
     const int64_t k_next = k0 + tile.block_k;
-    const int64_t kn_next = std::min(tile.block_k, std::min(n_end * tile.block_k, k_end) - k_next);
+    const int64_t kn_next =
+        packed.empty() ? std::min(tile.block_k, std::min(n_end * tile.block_k, k_end) - k_next) : 0;
     const auto next_pos = [&](const Strides4& st) {
       return [&, st](int64_t j) { return kv_offset(p, st, b, seq.k_start + k_next + j, hk); };
     };
     prefetch_rows(p.k, p.dtype, D, p.k_stride.d, kn_next, next_pos(p.k_stride));
     prefetch_rows(p.v, p.dtype, D, p.v_stride.d, kn_next, next_pos(p.v_stride));
     bool v_finite = true;
+    const uint32_t* vw = ws.vw.data();
     if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs (scaled after: fold)
-      v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words, ws);
       const uint32_t* kw = ws.kw.data();
       int64_t kw_ld = D2;
-      if (k_words) {
-        kw = static_cast<const uint32_t*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk) / 2;
-        kw_ld = p.k_stride.l / 2;
+      if (!packed.empty()) {
+        const int64_t block = k0 / tile.block_k;
+        kw = packed.k(b, hk, block), vw = packed.v(b, hk, block);
+        v_finite = packed.v_finite(b, hk, block);
+      } else {
+        v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words ? nullptr : ws.kw.data(),
+                                 ws.vw.data(), ws.row16.data());
+        if (k_words) {
+          kw = static_cast<const uint32_t*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk) / 2;
+          kw_ld = p.k_stride.l / 2;
+        }
       }
       simd.gemm_bf16(kn, Brn, D2, kw, kw_ld, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
       if (!fold) simd.scale(ws.st.data(), kn * Brp, q_mul);
@@ -282,7 +248,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // goes through the GEMM while V is finite (a hidden key's 0 x V is 0), row by row on fp32
     // weights where it is not: the choice follows V alone, not the tile's rows (thread count).
     if (pairs && v_finite) {
-      simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, ws.vw.data(), Dp, ws.o.data(), Dp, true);
+      simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, vw, Dp, ws.o.data(), Dp, true);
     } else if (visible && !pairs) {
       simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
     } else {
@@ -372,6 +338,11 @@ void run(const AttnParams& p) {
     return;
   }
 
+  // bf16 on AMX: K and V packed once for all items where they would pack each block more than
+  // once (query tiles x query heads of a KV head's group).
+  const PackedKv packed = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0
+                              ? PackedKv(p, simd, tile.block_k, Dp, q_tiles * p.group_size(), threads)
+                              : PackedKv(p, simd, tile.block_k, Dp, 0, threads);
 #pragma omp parallel num_threads(threads)
   {
     Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);
@@ -386,7 +357,8 @@ void run(const AttnParams& p) {
       const int64_t q0 = qt * tile.block_q, q1 = std::min(seq.len_q, q0 + tile.block_q);
       if (q0 >= q1) continue;  // past this sequence's rows
       const Mask mask = Mask::make(seq.len_q, seq.len_k, p.window_left, p.window_right);
-      run_tile(p, mask, simd, tile, b, bh % p.heads_q, q0, q1, seq, split, splits, split_sink(split), ws);
+      run_tile(p, mask, simd, tile, b, bh % p.heads_q, q0, q1, seq, split, splits, split_sink(split), packed,
+               ws);
     }
   }
   if (splits > 1) cpu::combine(partial_combine(p, o_part.data(), lse_part.data(), splits));

@@ -1,0 +1,92 @@
+// kv_pairs.cc: bf16 K and V packed as the bf16 GEMMs' words (kv_pairs.h).
+#include "cpu/kv_pairs.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/seqlens.h"
+
+namespace tileattn::detail::cpu {
+
+bool k_words_in_place(const AttnParams& p) {
+  return p.dtype == DType::kBFloat16 && p.k_stride.d == 1 && p.k_stride.l % 2 == 0 && p.k_stride.b % 2 == 0 &&
+         p.k_stride.h % 2 == 0 && p.page_table == nullptr && reinterpret_cast<uintptr_t>(p.k) % 4 == 0;
+}
+
+bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t pos0, int64_t kn,
+                   int64_t hk, int64_t Dp, uint32_t* kw, uint32_t* vw, uint16_t* row16) {
+  const int64_t D = p.head_dim, D2 = D / 2, sk = p.k_stride.d, sv = p.v_stride.d;
+  for (int64_t j = 0; j < kn && kw; ++j) {
+    const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos0 + j, hk));
+    uint32_t* row = kw + j * D2;
+    if (sk == 1)
+      std::memcpy(row, k, D2 * 4);
+    else
+      for (int64_t x = 0; x < D2; ++x)
+        row[x] = bf16_at(k, 2 * x, sk) | uint32_t{bf16_at(k, 2 * x + 1, sk)} << 16;
+  }
+  const auto v_row = [&](int64_t j, uint16_t* buf) {  // V's row j, gathered first when strided
+    const char* v = element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos0 + j, hk));
+    if (sv == 1) return reinterpret_cast<const uint16_t*>(v);
+    for (int64_t d = 0; d < D; ++d) buf[d] = bf16_at(v, d, sv);
+    return static_cast<const uint16_t*>(buf);
+  };
+  bool finite = true;
+  for (int64_t j = 0; j < kn; j += 2) {
+    uint32_t* pair = vw + j / 2 * Dp;
+    const uint16_t* second = j + 1 < kn ? v_row(j + 1, row16 + D) : nullptr;
+    finite &= simd.interleave_bf16(v_row(j, row16), second, D, pair);
+    std::fill(pair + D, pair + Dp, 0u);
+  }
+  return finite;
+}
+
+namespace {
+std::atomic<int64_t> max_bytes{PackedKv::kMaxBytes};
+}
+
+int64_t PackedKv::set_max_bytes(int64_t bytes) { return max_bytes.exchange(bytes); }
+
+PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, int64_t block_k, int64_t Dp, int64_t reuse,
+                   int threads) {
+  if (reuse < 2) return;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, seq_info(p.seqs, b).len_k);
+  heads_ = p.heads_kv;
+  blocks_ = (longest + block_k - 1) / block_k;
+  k_words_ = block_k * (p.head_dim / 2);
+  v_words_ = block_k / 2 * Dp;
+  const int64_t slots = p.batch * heads_ * blocks_;
+  if (slots == 0 || slots * (k_words_ + v_words_) * 4 > max_bytes.load()) return;
+  const int64_t words = slots * (k_words_ + v_words_);
+  uint32_t* buf;
+  if (words * 4 <= kKeptBytes) {
+    thread_local AlignedVector<uint32_t> kept;
+    if (static_cast<int64_t>(kept.size()) < words) kept.resize(static_cast<size_t>(words));
+    buf = kept.data();
+  } else {
+    own_.resize(static_cast<size_t>(words));
+    buf = own_.data();
+  }
+  k_ = buf;
+  v_ = buf + slots * k_words_;
+  finite_.assign(static_cast<size_t>(slots), 0);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<uint16_t> row16(2 * p.head_dim);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t s = 0; s < slots; ++s) {
+      const int64_t block = s % blocks_, hk = s / blocks_ % heads_, b = s / blocks_ / heads_;
+      const SeqInfo seq = seq_info(p.seqs, b);
+      const int64_t k0 = block * block_k, kn = std::min(block_k, seq.len_k - k0);
+      if (kn <= 0) continue;  // past this sequence's keys: never read
+      finite_[s] = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_ + s * k_words_,
+                                 v_ + s * v_words_, row16.data());
+    }
+  }
+}
+
+}  // namespace tileattn::detail::cpu
