@@ -22,6 +22,7 @@
 #include "common/convert.h"
 #include "common/mask.h"
 #include "common/online_softmax.h"
+#include "cpu/prefetch.h"
 #include "simd/simd.h"
 
 namespace tileattn::detail::cpu {
@@ -121,7 +122,20 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   const Mask mask = Mask::make(Lq, Lk, p.window_left, p.window_right);
   const float scale = p.scale, cap = p.softcap;
   ws.reserve(Lk, Lkp, D, Dp);
+  // Rows of one head lie H x D elements apart, beyond the hardware prefetchers' reach
+  // (prefetch.h): K and V's rows are prefetched kAhead rows before they are read, and a row
+  // block's Q, dO and O rows in slices under the previous row block's key blocks.
+  constexpr int64_t kAhead = 8;
+  const auto kv_row = [&](const Strides4& st, int64_t j) {
+    return b * st.b + (seq.k_start + j) * st.l + hk * st.h;
+  };
+  const auto prefetch_kv = [&](int64_t j0, int64_t n) {
+    prefetch_rows(p.k, p.dtype, D, p.k_stride.d, n, [&](int64_t i) { return kv_row(p.k_stride, j0 + i); });
+    prefetch_rows(p.v, p.dtype, D, p.v_stride.d, n, [&](int64_t i) { return kv_row(p.v_stride, j0 + i); });
+  };
+  prefetch_kv(0, std::min(kAhead, Lk));
   for (int64_t j = 0; j < Lk; ++j) {
+    if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
     const int64_t row = seq.k_start + j;
     simd.load(element_ptr(p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h), p.dtype,
               p.k_stride.d, &ws.kf[j * Dp], D, 1.0f);
@@ -185,7 +199,24 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
       const bool qdo_finite = all_finite(ws.q.data(), rows * Dp) && all_finite(ws.dout.data(), rows * Dp);
       int64_t n_begin, n_end;
       key_block_range(mask, i0, i0 + rows, kBlockK, &n_begin, &n_end);
+      // The next row block (this head's next, else the next head's first): its rows in slices.
+      const bool next_head = i0 + kBlockQ >= Lq;
+      const int64_t next_h = next_head ? h + 1 : h, next_i0 = next_head ? 0 : i0 + kBlockQ;
+      const int64_t next_rows = next_h < (hk + 1) * p.group_size() ? std::min(kBlockQ, Lq - next_i0) : 0;
+      const auto prefetch_next = [&](int64_t part, int64_t parts) {
+        const int64_t r0 = next_rows * part / parts, n = next_rows * (part + 1) / parts - r0;
+        const auto at = [&](const Strides4& st) {
+          return [&, st](int64_t r) {
+            return b * st.b + (seq.q_start + next_i0 + r0 + r) * st.l + next_h * st.h;
+          };
+        };
+        prefetch_rows(p.q, p.dtype, D, p.q_stride.d, n, at(p.q_stride));
+        prefetch_rows(bp.dout, p.dtype, D, bp.dout_stride.d, n, at(bp.dout_stride));
+        prefetch_rows(p.out, p.dtype, D, p.out_stride.d, n, at(p.out_stride));
+      };
+      if (n_begin >= n_end) prefetch_next(0, 1);
       for (int64_t n = n_begin; n < n_end; ++n) {
+        prefetch_next(n - n_begin, n_end - n_begin);
         const int64_t k0 = n * kBlockK, kn = std::min(kBlockK, Lk - k0), knp = round_up(kn, W);
         const bool whole =
             block_fully_visible(mask, i0, i0 + rows, k0, k0 + kn) || (qdo_finite && ws.k_finite[n]);

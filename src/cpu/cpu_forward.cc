@@ -23,6 +23,7 @@
 #include "cpu/combine.h"
 #include "cpu/cpu_decode.h"
 #include "cpu/kv_pairs.h"
+#include "cpu/prefetch.h"
 #include "cpu/sink.h"
 #include "cpu/tile_config.h"
 #include "dispatch/splits.h"
@@ -82,19 +83,6 @@ void mask_block(const Mask& mask, int64_t q0, int64_t rows, int64_t k0, int64_t 
     float* s = st + j * ld;
     std::fill(s, s + before, -INFINITY);
     std::fill(s + std::max(before, after), s + rows, -INFINITY);
-  }
-}
-
-// Prefetches into L2 the `n` rows of `D` elements from `base` at element offsets offset(i): rows
-// of one head lie H x D elements apart (kilobytes), out of reach of the hardware's stream
-// prefetch, which stays within a 4 KiB page, so each row's first touch would wait on memory.
-template <class Offset>
-void prefetch_rows(const void* base, DType dtype, int64_t D, int64_t d_stride, int64_t n, Offset offset) {
-  if (d_stride != 1) return;
-  const int64_t bytes = D * static_cast<int64_t>(dtype_size(dtype));
-  for (int64_t i = 0; i < n; ++i) {
-    const char* row = element_ptr(base, dtype, offset(i));
-    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
   }
 }
 
