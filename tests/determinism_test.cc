@@ -149,11 +149,12 @@ TEST(Determinism, FewRowProblemsAcrossThreadCounts) {
       }
 }
 
-// bf16 on AMX packs K and V once for all items where items would pack each block more than once
-// (cpu/kv_pairs.h, PackedKv); the GEMMs then read the same words from the copy, so the results
-// are the same bits as with each item packing its own blocks (where the CPU has no AMX both
-// runs take the fp32 path). Varlen batches with empty and odd sequences, GQA, masks, strided K
-// and V (gathered), and a V holding an inf (its block goes row by row on fp32 weights).
+// The forward packs K and V once for all items where items would pack each block more than
+// once (cpu/kv_pairs.h, PackedKv): bf16 on AMX as the GEMMs' words, otherwise (fp32, fp16, bf16
+// without AMX) as fp32 rows. The GEMMs read the same values from the copy, so the results are
+// the same bits as with each item packing its own blocks. Varlen batches with empty and odd
+// sequences, GQA, masks, strided K and V (gathered), and a V holding an inf (on bf16 pairs its
+// block goes row by row on fp32 weights).
 TEST(Determinism, PackedKvSameBitsAsEachItemPacking) {
   std::vector<Problem> problems;
   Problem p;
@@ -168,6 +169,14 @@ TEST(Determinism, PackedKvSameBitsAsEachItemPacking) {
   Problem v = p;
   v.options = Options{}, v.options.causal = true, v.kv_layout = Layout::kContiguous, v.head_dim = 128;
   problems.push_back(varlen_problem(v, {0, 17, 600}, {5, 300, 517}));
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {  // packed as fp32 rows
+    Problem f = problems[1];
+    f.dtype = dtype;
+    problems.push_back(f);
+    f = problems[3];
+    f.dtype = dtype;
+    problems.push_back(f);
+  }
   for (size_t i = 0; i < problems.size(); ++i) {
     const Problem& q = problems[i];
     Case c(q, 21 + static_cast<int>(i));

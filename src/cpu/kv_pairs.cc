@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <new>
 
 #include "common/seqlens.h"
 
@@ -45,46 +46,71 @@ bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int6
 }
 
 namespace {
+
 std::atomic<int64_t> max_bytes{PackedKv::kMaxBytes};
-}
+
+// Raw storage on a 64-byte boundary (no element objects: the packing creates them as it writes).
+void* allocate(int64_t bytes) { return ::operator new (static_cast<size_t>(bytes), std::align_val_t{64}); }
+void release(void* p) { ::operator delete (p, std::align_val_t{64}); }
+
+// The calling thread's kept storage, grown as needed (PackedKv::kKeptBytes).
+struct Kept {
+  void* p = nullptr;
+  int64_t bytes = 0;
+  ~Kept() { release(p); }
+  void* get(int64_t n) {
+    if (n > bytes) release(p), p = allocate(n), bytes = n;
+    return p;
+  }
+};
+
+}  // namespace
 
 int64_t PackedKv::set_max_bytes(int64_t bytes) { return max_bytes.exchange(bytes); }
 
-PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, int64_t block_k, int64_t Dp, int64_t reuse,
-                   int threads) {
+PackedKv::~PackedKv() { release(own_); }
+
+PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
+                   int64_t reuse, int threads) {
   if (reuse < 2) return;
   int64_t longest = 0;
   for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, seq_info(p.seqs, b).len_k);
+  const int64_t D = p.head_dim;
   heads_ = p.heads_kv;
   blocks_ = (longest + block_k - 1) / block_k;
-  k_words_ = block_k * (p.head_dim / 2);
-  v_words_ = block_k / 2 * Dp;
-  const int64_t slots = p.batch * heads_ * blocks_;
-  if (slots == 0 || slots * (k_words_ + v_words_) * 4 > max_bytes.load()) return;
-  const int64_t words = slots * (k_words_ + v_words_);
-  uint32_t* buf;
-  if (words * 4 <= kKeptBytes) {
-    thread_local AlignedVector<uint32_t> kept;
-    if (static_cast<int64_t>(kept.size()) < words) kept.resize(static_cast<size_t>(words));
-    buf = kept.data();
-  } else {
-    own_.resize(static_cast<size_t>(words));
-    buf = own_.data();
-  }
-  k_ = buf;
-  v_ = buf + slots * k_words_;
-  finite_.assign(static_cast<size_t>(slots), 0);
+  k_elems_ = form == kPairs ? block_k * (D / 2) : block_k * D;
+  v_elems_ = form == kPairs ? block_k / 2 * Dp : block_k * Dp;
+  const int64_t slots = p.batch * heads_ * blocks_, bytes = slots * (k_elems_ + v_elems_) * 4;
+  if (slots == 0 || bytes > max_bytes.load()) return;
+  thread_local Kept kept;
+  k_ = bytes <= kKeptBytes ? kept.get(bytes) : (own_ = allocate(bytes));
+  v_ = static_cast<char*>(k_) + slots * k_elems_ * 4;
+  finite_.assign(static_cast<size_t>(slots), 1);
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<uint16_t> row16(2 * p.head_dim);
+    std::vector<uint16_t> row16(2 * D);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t s = 0; s < slots; ++s) {
       const int64_t block = s % blocks_, hk = s / blocks_ % heads_, b = s / blocks_ / heads_;
       const SeqInfo seq = seq_info(p.seqs, b);
       const int64_t k0 = block * block_k, kn = std::min(block_k, seq.len_k - k0);
       if (kn <= 0) continue;  // past this sequence's keys: never read
-      finite_[s] = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_ + s * k_words_,
-                                 v_ + s * v_words_, row16.data());
+      if (form == kPairs) {
+        finite_[s] =
+            pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, static_cast<uint32_t*>(k_) + s * k_elems_,
+                          static_cast<uint32_t*>(v_) + s * v_elems_, row16.data());
+        continue;
+      }
+      float* kf = static_cast<float*>(k_) + s * k_elems_;
+      float* vf = static_cast<float*>(v_) + s * v_elems_;
+      for (int64_t j = 0; j < kn; ++j) {
+        const int64_t pos = seq.k_start + k0 + j;
+        simd.load(element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos, hk)), p.dtype, p.k_stride.d,
+                  kf + j * D, D, 1.0f);
+        simd.load(element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos, hk)), p.dtype, p.v_stride.d,
+                  vf + j * Dp, D, 1.0f);
+        std::fill(vf + j * Dp + D, vf + (j + 1) * Dp, 0.0f);
+      }
     }
   }
 }

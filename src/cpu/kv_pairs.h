@@ -29,17 +29,25 @@ bool k_words_in_place(const AttnParams& p);
 bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int64_t pos0, int64_t kn,
                    int64_t hk, int64_t Dp, uint32_t* kw, uint32_t* vw, uint16_t* row16);
 
-// Every (batch entry, KV head, key block of block_k) packed once, block_k even. The forward's
-// items then read K and V from here: contiguous rows (rows of one head in K itself lie H x D
-// apart, out of reach of the hardware's stream prefetch), and each block packed once instead
-// of once for every query tile and query head of its group.
+// Every (batch entry, KV head, key block of block_k) packed once, block_k even, for the
+// forward's items to read instead of K and V: contiguous rows (rows of one head in K itself lie
+// H x D apart, out of reach of the hardware's stream prefetch), each block packed once instead
+// of once for every query tile and query head of its group. Two forms: the bf16 GEMMs' words
+// (kPairs: K [block_k][D / 2], V's pairs of rows [block_k / 2][Dp], and whether V is finite), or
+// fp32 rows (kFloats, any dtype widened as the items widen it: K [block_k][D], V [block_k][Dp],
+// columns past D zero).
 class PackedKv {
  public:
+  enum Form { kPairs, kFloats };
   // Packs when the items would pack each block `reuse` >= 2 times and the copy fits in
   // kMaxBytes; empty() otherwise (the items then pack their own blocks). Either way the GEMMs
-  // read the same words: results are the same bits.
-  PackedKv(const AttnParams& p, const SimdKernels& simd, int64_t block_k, int64_t Dp, int64_t reuse,
-           int threads);
+  // read the same values: results are the same bits.
+  PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
+           int64_t reuse, int threads);
+  PackedKv() = default;
+  ~PackedKv();
+  PackedKv(const PackedKv&) = delete;
+  PackedKv& operator=(const PackedKv&) = delete;
   static constexpr int64_t kMaxBytes = int64_t{1} << 30;
   // Tests: a copy is made only up to `bytes` (0: never; kMaxBytes by default). Returns the last.
   static int64_t set_max_bytes(int64_t bytes);
@@ -48,15 +56,22 @@ class PackedKv {
   // (32 MiB of K and V) 1.2x of its time on a Xeon with AMX.
   static constexpr int64_t kKeptBytes = int64_t{64} << 20;
   bool empty() const { return k_ == nullptr; }
-  const uint32_t* k(int64_t b, int64_t hk, int64_t block) const { return k_ + slot(b, hk, block) * k_words_; }
-  const uint32_t* v(int64_t b, int64_t hk, int64_t block) const { return v_ + slot(b, hk, block) * v_words_; }
+  // Block `block` of KV head hk of batch entry b: T is uint32_t (kPairs) or float (kFloats).
+  template <class T>
+  const T* k(int64_t b, int64_t hk, int64_t block) const {
+    return static_cast<const T*>(k_) + slot(b, hk, block) * k_elems_;
+  }
+  template <class T>
+  const T* v(int64_t b, int64_t hk, int64_t block) const {
+    return static_cast<const T*>(v_) + slot(b, hk, block) * v_elems_;
+  }
   bool v_finite(int64_t b, int64_t hk, int64_t block) const { return finite_[slot(b, hk, block)] != 0; }
 
  private:
   int64_t slot(int64_t b, int64_t hk, int64_t block) const { return (b * heads_ + hk) * blocks_ + block; }
-  int64_t heads_ = 0, blocks_ = 0, k_words_ = 0, v_words_ = 0;
-  uint32_t *k_ = nullptr, *v_ = nullptr;  // K's words, then V's; every word the GEMMs read is written
-  AlignedVector<uint32_t> own_;           // the words, past kKeptBytes (else the thread's kept buffer)
+  int64_t heads_ = 0, blocks_ = 0, k_elems_ = 0, v_elems_ = 0;  // 4-byte elements a block
+  void *k_ = nullptr, *v_ = nullptr;  // K's block, then V's; every element the GEMMs read is written
+  void* own_ = nullptr;               // the storage past kKeptBytes (else the thread's kept buffer)
   std::vector<uint8_t> finite_;
 };
 
