@@ -333,9 +333,17 @@ void run(const AttnParams& p) {
 
   // K and V packed once for all items where they would pack each block more than once (query
   // tiles x query heads of a KV head's group): bf16 on AMX as the GEMMs' words, else as fp32 rows.
+  // Each sequence's blocks its rows read (a window over a chunk of rows reads few of them).
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
+  std::vector<int64_t> first(p.batch), end(p.batch);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SeqInfo seq = seq_info(p.seqs, b);
+    const Mask mask = Mask::make(seq.len_q, seq.len_k, p.window_left, p.window_right);
+    first[b] = end[b] = 0;
+    if (seq.len_q > 0) key_block_range(mask, 0, seq.len_q, tile.block_k, &first[b], &end[b]);
+  }
   const PackedKv packed(p, simd, pairs ? PackedKv::kPairs : PackedKv::kFloats, tile.block_k, Dp,
-                        q_tiles * p.group_size(), threads);
+                        q_tiles * p.group_size(), first, end, threads);
 #pragma omp parallel num_threads(threads)
   {
     Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);

@@ -48,18 +48,38 @@ bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int6
 namespace {
 
 std::atomic<int64_t> max_bytes{PackedKv::kMaxBytes};
+std::atomic<int64_t> kept_total{0};  // bytes kept by all threads (PackedKv::kKeptTotal)
 
-// Raw storage on a 64-byte boundary (no element objects: the packing creates them as it writes).
-void* allocate(int64_t bytes) { return ::operator new (static_cast<size_t>(bytes), std::align_val_t{64}); }
+// Raw storage on a 64-byte boundary (no element objects: the packing creates them as it
+// writes); null when the memory cannot be had.
+void* allocate(int64_t bytes) {
+  return ::operator new (static_cast<size_t>(bytes), std::align_val_t{64}, std::nothrow);
+}
 void release(void* p) { ::operator delete (p, std::align_val_t{64}); }
 
-// The calling thread's kept storage, grown as needed (PackedKv::kKeptBytes).
+// A thread's kept storage, grown as needed, and whether a PackedKv of this thread holds it.
 struct Kept {
   void* p = nullptr;
   int64_t bytes = 0;
-  ~Kept() { release(p); }
+  bool in_use = false;
+  ~Kept() { drop(); }
+  void drop() {
+    release(p);
+    kept_total -= bytes;
+    p = nullptr, bytes = 0;
+  }
+  // Storage of n bytes, or null where this thread's or all threads' keeping would pass its cap.
   void* get(int64_t n) {
-    if (n > bytes) release(p), p = allocate(n), bytes = n;
+    if (in_use || n > PackedKv::kKeptBytes) return nullptr;
+    if (n <= bytes) return p;
+    drop();
+    if (kept_total.fetch_add(n) + n > PackedKv::kKeptTotal) {
+      kept_total -= n;
+      return nullptr;
+    }
+    p = allocate(n);
+    if (p == nullptr) kept_total -= n;
+    bytes = p ? n : 0;
     return p;
   }
 };
@@ -68,30 +88,46 @@ struct Kept {
 
 int64_t PackedKv::set_max_bytes(int64_t bytes) { return max_bytes.exchange(bytes); }
 
-PackedKv::~PackedKv() { release(own_); }
+PackedKv::~PackedKv() {
+  release(own_);
+  if (lent_) *lent_ = false;
+}
 
 PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
-                   int64_t reuse, int threads) {
+                   int64_t reuse, const std::vector<int64_t>& first, const std::vector<int64_t>& end,
+                   int threads)
+    : first_(first), end_(end) {
   if (reuse < 2) return;
-  int64_t longest = 0;
-  for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, seq_info(p.seqs, b).len_k);
-  const int64_t D = p.head_dim;
-  heads_ = p.heads_kv;
-  blocks_ = (longest + block_k - 1) / block_k;
+  const int64_t D = p.head_dim, heads = p.heads_kv;
   k_elems_ = form == kPairs ? block_k * (D / 2) : block_k * D;
   v_elems_ = form == kPairs ? block_k / 2 * Dp : block_k * Dp;
-  const int64_t slots = p.batch * heads_ * blocks_, bytes = slots * (k_elems_ + v_elems_) * 4;
+  start_.resize(static_cast<size_t>(p.batch));
+  int64_t slots = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    start_[b] = slots, slots += heads * std::max<int64_t>(0, end[b] - first[b]);
+  const int64_t bytes = slots * (k_elems_ + v_elems_) * 4;
   if (slots == 0 || bytes > max_bytes.load()) return;
-  thread_local Kept kept;
-  k_ = bytes <= kKeptBytes ? kept.get(bytes) : (own_ = allocate(bytes));
-  v_ = static_cast<char*>(k_) + slots * k_elems_ * 4;
   finite_.assign(static_cast<size_t>(slots), 1);
+  // (batch entry, KV head, block) of each slot, for the threads to share out.
+  std::vector<int64_t> slot_b(static_cast<size_t>(slots));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t s = start_[b]; s < (b + 1 < p.batch ? start_[b + 1] : slots); ++s) slot_b[s] = b;
+  thread_local Kept kept;
+  void* storage = kept.get(bytes);
+  if (storage) {
+    kept.in_use = true, lent_ = &kept.in_use;
+  } else if ((storage = own_ = allocate(bytes)) == nullptr) {
+    return;  // no memory for a copy: the items pack their own blocks
+  }
+  k_ = storage;
+  v_ = static_cast<char*>(storage) + slots * k_elems_ * 4;
 #pragma omp parallel num_threads(threads)
   {
     std::vector<uint16_t> row16(2 * D);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t s = 0; s < slots; ++s) {
-      const int64_t block = s % blocks_, hk = s / blocks_ % heads_, b = s / blocks_ / heads_;
+      const int64_t b = slot_b[s], n = end_[b] - first_[b], hk = (s - start_[b]) / n;
+      const int64_t block = first_[b] + (s - start_[b]) % n;
       const SeqInfo seq = seq_info(p.seqs, b);
       const int64_t k0 = block * block_k, kn = std::min(block_k, seq.len_k - k0);
       if (kn <= 0) continue;  // past this sequence's keys: never read
@@ -105,8 +141,11 @@ PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int6
       float* vf = static_cast<float*>(v_) + s * v_elems_;
       for (int64_t j = 0; j < kn; ++j) {
         const int64_t pos = seq.k_start + k0 + j;
-        simd.load(element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos, hk)), p.dtype, p.k_stride.d,
-                  kf + j * D, D, 1.0f);
+        const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos, hk));
+        if (p.dtype == DType::kFloat32 && p.k_stride.d == 1)  // a plain copy, as the items read it in place
+          std::memcpy(kf + j * D, k, D * 4);
+        else
+          simd.load(k, p.dtype, p.k_stride.d, kf + j * D, D, 1.0f);
         simd.load(element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos, hk)), p.dtype, p.v_stride.d,
                   vf + j * Dp, D, 1.0f);
         std::fill(vf + j * Dp + D, vf + (j + 1) * Dp, 0.0f);

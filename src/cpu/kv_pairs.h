@@ -39,24 +39,26 @@ bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int6
 class PackedKv {
  public:
   enum Form { kPairs, kFloats };
-  // Packs when the items would pack each block `reuse` >= 2 times and the copy fits in
-  // kMaxBytes; empty() otherwise (the items then pack their own blocks). Either way the GEMMs
-  // read the same values: results are the same bits.
+  // Packs, for each batch entry b, its key blocks [first[b], end[b]) (the blocks its query rows
+  // read under the mask), when the items would pack each block `reuse` >= 2 times, the copy fits
+  // in max_bytes (kMaxBytes) and its storage can be had; empty() otherwise (the items then pack
+  // their own blocks). Either way the GEMMs read the same values: results are the same bits.
   PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
-           int64_t reuse, int threads);
-  PackedKv() = default;
+           int64_t reuse, const std::vector<int64_t>& first, const std::vector<int64_t>& end, int threads);
   ~PackedKv();
   PackedKv(const PackedKv&) = delete;
   PackedKv& operator=(const PackedKv&) = delete;
   static constexpr int64_t kMaxBytes = int64_t{1} << 30;
   // Tests: a copy is made only up to `bytes` (0: never; kMaxBytes by default). Returns the last.
   static int64_t set_max_bytes(int64_t bytes);
-  // A copy up to this size is kept by the calling thread for its next call: fresh pages fault
-  // and are zeroed by the kernel on first touch, which cost the bf16 causal forward at L = 2048
-  // (32 MiB of K and V) 1.2x of its time on a Xeon with AMX.
-  static constexpr int64_t kKeptBytes = int64_t{64} << 20;
+  // Storage up to kKeptBytes is kept by the calling thread for its next call, while all threads
+  // together keep at most kKeptTotal: fresh pages fault and are zeroed by the kernel on first
+  // touch, which cost the bf16 causal forward at L = 2048 (32 MiB of K and V) 1.2x of its time
+  // on a Xeon with AMX.
+  static constexpr int64_t kKeptBytes = int64_t{64} << 20, kKeptTotal = int64_t{256} << 20;
   bool empty() const { return k_ == nullptr; }
-  // Block `block` of KV head hk of batch entry b: T is uint32_t (kPairs) or float (kFloats).
+  // Block `block` (of the key grid) of KV head hk of batch entry b, one of its packed blocks: T
+  // is uint32_t (kPairs) or float (kFloats).
   template <class T>
   const T* k(int64_t b, int64_t hk, int64_t block) const {
     return static_cast<const T*>(k_) + slot(b, hk, block) * k_elems_;
@@ -68,10 +70,15 @@ class PackedKv {
   bool v_finite(int64_t b, int64_t hk, int64_t block) const { return finite_[slot(b, hk, block)] != 0; }
 
  private:
-  int64_t slot(int64_t b, int64_t hk, int64_t block) const { return (b * heads_ + hk) * blocks_ + block; }
-  int64_t heads_ = 0, blocks_ = 0, k_elems_ = 0, v_elems_ = 0;  // 4-byte elements a block
-  void *k_ = nullptr, *v_ = nullptr;  // K's block, then V's; every element the GEMMs read is written
-  void* own_ = nullptr;               // the storage past kKeptBytes (else the thread's kept buffer)
+  // Batch entry b's slots start at start_[b], KV head major, its blocks from first_[b] on.
+  int64_t slot(int64_t b, int64_t hk, int64_t block) const {
+    return start_[b] + hk * (end_[b] - first_[b]) + block - first_[b];
+  }
+  int64_t k_elems_ = 0, v_elems_ = 0;  // 4-byte elements a block
+  std::vector<int64_t> first_, end_, start_;
+  void *k_ = nullptr, *v_ = nullptr;  // K's blocks, then V's; every element the GEMMs read is written
+  void* own_ = nullptr;               // storage of this call alone (else the thread's kept storage)
+  bool* lent_ = nullptr;              // the kept storage's in-use flag, while this holds it
   std::vector<uint8_t> finite_;
 };
 

@@ -15,9 +15,10 @@ inline void prefetch_rows(const void* base, DType dtype, int64_t D, int64_t d_st
                           Offset offset) {
   if (d_stride != 1) return;
   const int64_t bytes = D * static_cast<int64_t>(dtype_size(dtype));
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {  // every cache line the row touches
     const char* row = element_ptr(base, dtype, offset(i));
-    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
+    const char* line = row - reinterpret_cast<uintptr_t>(row) % 64;
+    for (; line < row + bytes; line += 64) __builtin_prefetch(line, 0, 2);
   }
 }
 
