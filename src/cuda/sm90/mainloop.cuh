@@ -322,7 +322,24 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
+    // Block j's end: the P V of block j - 1 waited for and its V stage released, O moved to
+    // block j's base, block j's weights packed. At the end of step j, or with late_wait at the
+    // top of step j + 1 (tile_config.h).
+    auto finish = [&](int64_t j) {
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(Slot<Cfg>(pipe.ring + j - 1).stage), lane);
+      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
+      // whole warp may (a warp-uniform branch).
+      if (__any_sync(0xffffffffu, softmax.alpha[0] != 1.0f || softmax.alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < kD / 2; ++i) o[i] *= softmax.alpha[(i >> 1) & 1];
+      }
+      to_fragments();
+    };
     for (int64_t j = 1; j < own; ++j) {
+      if constexpr (kCfg.late_wait)
+        if (j > 1) finish(j - 1);
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
@@ -335,17 +352,10 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
       softmax(s, k_first + static_cast<int>(j) * kN);
-      wgmma_wait<0>();
-      fence_operands<kD / 2>(o);
-      release(sm.v_empty(sv.stage), lane);
-      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
-      // whole warp may (a warp-uniform branch).
-      if (__any_sync(0xffffffffu, softmax.alpha[0] != 1.0f || softmax.alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < kD / 2; ++i) o[i] *= softmax.alpha[(i >> 1) & 1];
-      }
-      to_fragments();
+      if constexpr (!kCfg.late_wait) finish(j);
     }
+    if constexpr (kCfg.late_wait)
+      if (own > 1) finish(own - 1);
     {
       // The last block this consumer computes; with blocks past it, the K of the first of them
       // is waited for and released in the same turn (idle_tile's step `own`).
