@@ -172,7 +172,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       int64_t kw_ld = D2;
       if (!packed.empty()) {
         const int64_t block = k0 / tile.block_k;
-        kw = packed.k<uint32_t>(b, hk, block), vw = packed.v<uint32_t>(b, hk, block);
+        kw = packed.k(b, hk, block), vw = packed.v(b, hk, block);
         v_finite = packed.v_finite(b, hk, block);
       } else {
         v_finite = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_words ? nullptr : ws.kw.data(),
@@ -185,20 +185,15 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       simd.gemm_bf16(kn, Brn, D2, kw, kw_ld, 1, ws.qw.data(), Brp, ws.st.data(), Brp, false);
       if (!fold) simd.scale(ws.st.data(), kn * Brp, q_mul);
     }
-    // K as the GEMM's A operand: packed, or read in place when it is fp32 with unit head_dim
-    // stride (A is only broadcast from, so its row stride does not matter), else converted into
-    // ws.k; V packed, else converted into ws.v.
+    // K as the GEMM's A operand: read in place when it is fp32 with unit head_dim stride (A is
+    // only broadcast from, so its row stride does not matter), else converted into ws.k.
     const float* k_rows = ws.k.data();
-    const float* v_rows = ws.v.data();
     int64_t k_ld = D;
-    const bool floats_packed = !pairs && !packed.empty();
-    if (floats_packed) {
-      k_rows = packed.k<float>(b, hk, k0 / tile.block_k), v_rows = packed.v<float>(b, hk, k0 / tile.block_k);
-    } else if (k_in_place) {
+    if (k_in_place) {
       k_rows = static_cast<const float*>(p.k) + kv_offset(p, p.k_stride, b, seq.k_start + k0, hk);
       k_ld = p.k_stride.l;
     }
-    for (int64_t j = 0; j < kn && (pairs ? !v_finite : !floats_packed); ++j) {  // V (and K) rows in fp32
+    for (int64_t j = 0; j < kn && (!pairs || !v_finite); ++j) {  // V (and K) rows, converted to fp32
       if (!k_in_place && !pairs) {
         const int64_t koff = kv_offset(p, p.k_stride, b, seq.k_start + k0 + j, hk);
         simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
@@ -243,13 +238,13 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     if (pairs && v_finite) {
       simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, vw, Dp, ws.o.data(), Dp, true);
     } else if (visible && !pairs) {
-      simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, v_rows, Dp, ws.o.data(), Dp, true);
+      simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
     } else {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = std::max<int64_t>(0, mask.lo(q0 + r) - k0);
         const int64_t hi = std::min<int64_t>(kn, mask.hi(q0 + r) - k0);
         if (lo < hi)
-          simd.gemm(1, Dp, hi - lo, ws.st.data() + lo * Brp + r, 1, Brp, v_rows + lo * Dp, Dp,
+          simd.gemm(1, Dp, hi - lo, ws.st.data() + lo * Brp + r, 1, Brp, ws.v.data() + lo * Dp, Dp,
                     ws.o.data() + r * Dp, Dp, true);
       }
     }
@@ -332,8 +327,9 @@ void run(const AttnParams& p) {
   }
 
   // K and V packed once for all items where they would pack each block more than once (query
-  // tiles x query heads of a KV head's group): bf16 on AMX as the GEMMs' words, else as fp32 rows.
-  // Each sequence's blocks its rows read (a window over a chunk of rows reads few of them).
+  // tiles x query heads of a KV head's group), bf16 on AMX, as the GEMMs' words. Each sequence's
+  // blocks its rows read (a window over a chunk of rows reads few of them). Not the fp32 paths:
+  // a copy of K and V in fp32 bought fp32 1.03-1.09x (c6955b7) for as much memory as K and V.
   const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
   std::vector<int64_t> first(p.batch), end(p.batch);
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -342,8 +338,7 @@ void run(const AttnParams& p) {
     first[b] = end[b] = 0;
     if (seq.len_q > 0) key_block_range(mask, 0, seq.len_q, tile.block_k, &first[b], &end[b]);
   }
-  const PackedKv packed(p, simd, pairs ? PackedKv::kPairs : PackedKv::kFloats, tile.block_k, Dp,
-                        q_tiles * p.group_size(), first, end, threads);
+  const PackedKv packed(p, simd, tile.block_k, Dp, pairs ? q_tiles * p.group_size() : 0, first, end, threads);
 #pragma omp parallel num_threads(threads)
   {
     Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);

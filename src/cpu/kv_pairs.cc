@@ -93,14 +93,13 @@ PackedKv::~PackedKv() {
   if (lent_) *lent_ = false;
 }
 
-PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
-                   int64_t reuse, const std::vector<int64_t>& first, const std::vector<int64_t>& end,
-                   int threads)
+PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, int64_t block_k, int64_t Dp, int64_t reuse,
+                   const std::vector<int64_t>& first, const std::vector<int64_t>& end, int threads)
     : first_(first), end_(end) {
   if (reuse < 2) return;
   const int64_t D = p.head_dim, heads = p.heads_kv;
-  k_elems_ = form == kPairs ? block_k * (D / 2) : block_k * D;
-  v_elems_ = form == kPairs ? block_k / 2 * Dp : block_k * Dp;
+  k_elems_ = block_k * (D / 2);
+  v_elems_ = block_k / 2 * Dp;
   start_.resize(static_cast<size_t>(p.batch));
   int64_t slots = 0;
   for (int64_t b = 0; b < p.batch; ++b)
@@ -119,8 +118,8 @@ PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int6
   } else if ((storage = own_ = allocate(bytes)) == nullptr) {
     return;  // no memory for a copy: the items pack their own blocks
   }
-  k_ = storage;
-  v_ = static_cast<char*>(storage) + slots * k_elems_ * 4;
+  k_ = static_cast<uint32_t*>(storage);
+  v_ = k_ + slots * k_elems_;
 #pragma omp parallel num_threads(threads)
   {
     std::vector<uint16_t> row16(2 * D);
@@ -131,25 +130,8 @@ PackedKv::PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int6
       const SeqInfo seq = seq_info(p.seqs, b);
       const int64_t k0 = block * block_k, kn = std::min(block_k, seq.len_k - k0);
       if (kn <= 0) continue;  // past this sequence's keys: never read
-      if (form == kPairs) {
-        finite_[s] =
-            pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, static_cast<uint32_t*>(k_) + s * k_elems_,
-                          static_cast<uint32_t*>(v_) + s * v_elems_, row16.data());
-        continue;
-      }
-      float* kf = static_cast<float*>(k_) + s * k_elems_;
-      float* vf = static_cast<float*>(v_) + s * v_elems_;
-      for (int64_t j = 0; j < kn; ++j) {
-        const int64_t pos = seq.k_start + k0 + j;
-        const char* k = element_ptr(p.k, p.dtype, kv_offset(p, p.k_stride, b, pos, hk));
-        if (p.dtype == DType::kFloat32 && p.k_stride.d == 1)  // a plain copy, as the items read it in place
-          std::memcpy(kf + j * D, k, D * 4);
-        else
-          simd.load(k, p.dtype, p.k_stride.d, kf + j * D, D, 1.0f);
-        simd.load(element_ptr(p.v, p.dtype, kv_offset(p, p.v_stride, b, pos, hk)), p.dtype, p.v_stride.d,
-                  vf + j * Dp, D, 1.0f);
-        std::fill(vf + j * Dp + D, vf + (j + 1) * Dp, 0.0f);
-      }
+      finite_[s] = pack_kv_pairs(p, simd, b, seq.k_start + k0, kn, hk, Dp, k_ + s * k_elems_,
+                                 v_ + s * v_elems_, row16.data());
     }
   }
 }

@@ -32,19 +32,16 @@ bool pack_kv_pairs(const AttnParams& p, const SimdKernels& simd, int64_t b, int6
 // Every (batch entry, KV head, key block of block_k) packed once, block_k even, for the
 // forward's items to read instead of K and V: contiguous rows (rows of one head in K itself lie
 // H x D apart, out of reach of the hardware's stream prefetch), each block packed once instead
-// of once for every query tile and query head of its group. Two forms: the bf16 GEMMs' words
-// (kPairs: K [block_k][D / 2], V's pairs of rows [block_k / 2][Dp], and whether V is finite), or
-// fp32 rows (kFloats, any dtype widened as the items widen it: K [block_k][D], V [block_k][Dp],
-// columns past D zero).
+// of once for every query tile and query head of its group: K [block_k][D / 2] words, V's pairs
+// of rows [block_k / 2][Dp], and whether V is finite.
 class PackedKv {
  public:
-  enum Form { kPairs, kFloats };
   // Packs, for each batch entry b, its key blocks [first[b], end[b]) (the blocks its query rows
   // read under the mask), when the items would pack each block `reuse` >= 2 times, the copy fits
   // in max_bytes (kMaxBytes) and its storage can be had; empty() otherwise (the items then pack
   // their own blocks). Either way the GEMMs read the same values: results are the same bits.
-  PackedKv(const AttnParams& p, const SimdKernels& simd, Form form, int64_t block_k, int64_t Dp,
-           int64_t reuse, const std::vector<int64_t>& first, const std::vector<int64_t>& end, int threads);
+  PackedKv(const AttnParams& p, const SimdKernels& simd, int64_t block_k, int64_t Dp, int64_t reuse,
+           const std::vector<int64_t>& first, const std::vector<int64_t>& end, int threads);
   ~PackedKv();
   PackedKv(const PackedKv&) = delete;
   PackedKv& operator=(const PackedKv&) = delete;
@@ -57,16 +54,9 @@ class PackedKv {
   // on a Xeon with AMX.
   static constexpr int64_t kKeptBytes = int64_t{64} << 20, kKeptTotal = int64_t{256} << 20;
   bool empty() const { return k_ == nullptr; }
-  // Block `block` (of the key grid) of KV head hk of batch entry b, one of its packed blocks: T
-  // is uint32_t (kPairs) or float (kFloats).
-  template <class T>
-  const T* k(int64_t b, int64_t hk, int64_t block) const {
-    return static_cast<const T*>(k_) + slot(b, hk, block) * k_elems_;
-  }
-  template <class T>
-  const T* v(int64_t b, int64_t hk, int64_t block) const {
-    return static_cast<const T*>(v_) + slot(b, hk, block) * v_elems_;
-  }
+  // Block `block` (of the key grid) of KV head hk of batch entry b, one of its packed blocks.
+  const uint32_t* k(int64_t b, int64_t hk, int64_t block) const { return k_ + slot(b, hk, block) * k_elems_; }
+  const uint32_t* v(int64_t b, int64_t hk, int64_t block) const { return v_ + slot(b, hk, block) * v_elems_; }
   bool v_finite(int64_t b, int64_t hk, int64_t block) const { return finite_[slot(b, hk, block)] != 0; }
 
  private:
@@ -76,9 +66,9 @@ class PackedKv {
   }
   int64_t k_elems_ = 0, v_elems_ = 0;  // 4-byte elements a block
   std::vector<int64_t> first_, end_, start_;
-  void *k_ = nullptr, *v_ = nullptr;  // K's blocks, then V's; every element the GEMMs read is written
-  void* own_ = nullptr;               // storage of this call alone (else the thread's kept storage)
-  bool* lent_ = nullptr;              // the kept storage's in-use flag, while this holds it
+  uint32_t *k_ = nullptr, *v_ = nullptr;  // K's blocks, then V's; every word the GEMMs read is written
+  void* own_ = nullptr;                   // storage of this call alone (else the thread's kept storage)
+  bool* lent_ = nullptr;                  // the kept storage's in-use flag, while this holds it
   std::vector<uint8_t> finite_;
 };
 
