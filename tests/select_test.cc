@@ -151,7 +151,9 @@ TEST(Select, Sm90BackwardPreferredWhereverItRuns) {
       if (kind == 2) b.fwd.seqs.cu_k = cu, b.fwd.total_k = 10;
       const bool preferred = sm90_backward_preferred(b);
       EXPECT_EQ(preferred, sm90_backward_rejects(b).ok()) << d << " " << kind;
-      if (d == 96) EXPECT_FALSE(preferred) << kind;
+      if (d == 96) {
+        EXPECT_FALSE(preferred) << kind;
+      }
       b.deterministic = true;
       EXPECT_EQ(sm90_backward_preferred(b), preferred) << d << " " << kind << " deterministic";
     }
