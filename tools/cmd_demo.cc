@@ -30,12 +30,6 @@ constexpr int kCpuReps = 3;
 constexpr int kGpuReps = 20;
 constexpr int kGpuExtraWarmup = 2;
 
-// bf16 on a CPU with AMX tiles: the CPU kernel's bf16 path (larger tiles, K and V packed once
-// for all threads; docs/cpu.md), which the scratch formula below does not describe.
-bool amx_bf16(DType dtype, const Shape& shape) {
-  return dtype == DType::kBFloat16 && std::string(cpu_isa()) == "amx" && shape.head_dim % 2 == 0;
-}
-
 struct DemoArgs {
   int64_t batch = 1, heads = 32, kv_heads = 0, seqlen = 2048, head_dim = 128;
   std::string dtype, device = "auto";
@@ -81,7 +75,7 @@ PathResult run_path(Impl impl, AttentionData& data, const Options& options, cons
     r.timing = time_impl(impl, data, options, on_cpu ? 0 : kGpuExtraWarmup, reps);
     if (impl == Impl::kEager)
       r.model_extra = stats.extra_bytes;
-    else if (on_cpu && !amx_bf16(data.dtype(), data.shape()))
+    else if (on_cpu && !cpu_bf16_pairs(data.dtype(), data.shape().head_dim))
       r.model_extra = tiled_workspace_bytes(threads, cpu_tiles(data.shape(), threads), data.shape().head_dim);
     r.ran = true;
   } catch (const Error& e) {
@@ -185,7 +179,7 @@ int run_demo(const DemoArgs& a) {
 
   std::printf(
       "\n(a) standard: S and P, B*H*L*L elements each, as eager() reports them (EagerStats::extra_bytes).\n");
-  if (on_cpu && amx_bf16(dtype, shape))
+  if (on_cpu && cpu_bf16_pairs(dtype, shape.head_dim))
     std::printf(
         "    tiled: n/a for bf16 on AMX tiles, whose kernel takes larger tiles and one packed copy of\n"
         "    K and V for all threads (docs/cpu.md); (b) shows what it used.\n");

@@ -2,12 +2,14 @@
 #include "io_model.h"
 
 #include <algorithm>
+#include <string>
 
 // The CPU kernel's tile choice, read from the library's own header (header-only, no other
 // dependency) so that the model cannot drift from the kernel it describes.
 #include "cpu/tile_config.h"
 #include "cuda/sm80/tile_config.h"
 #include "cuda/sm90/tile_config.h"
+#include "tileattn/version.h"
 
 namespace tileattn::cli {
 namespace {
@@ -21,6 +23,10 @@ int64_t elem_bytes(DType dtype) { return static_cast<int64_t>(dtype_size(dtype))
 Tiles cpu_tiles(const Shape& s, int threads) {
   const auto t = detail::cpu::tile_config(s.head_dim, s.seqlen_q, s.batch * s.heads_q, threads);
   return Tiles{t.block_q, t.block_k};
+}
+
+bool cpu_bf16_pairs(DType dtype, int64_t head_dim) {
+  return detail::cpu::bf16_pairs(dtype == DType::kBFloat16, std::string(cpu_isa()) == "amx", head_dim);
 }
 
 Tiles gpu_tiles(const Shape& s, Kernel kernel) {

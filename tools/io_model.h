@@ -23,6 +23,10 @@ struct Tiles {
 // The CPU kernel's tiles for this problem on `threads` threads: the kernel's own tile_config (Br
 // shrinks from 256 towards 64 when big tiles would leave threads idle; Bc = 64).
 Tiles cpu_tiles(const Shape& shape, int threads);
+// Whether this CPU's forward takes `dtype` through the bf16 GEMM on AMX tiles, with tiles of its
+// own and K and V packed once for all threads (docs/cpu.md), outside cpu_tiles and
+// tiled_workspace_bytes.
+bool cpu_bf16_pairs(DType dtype, int64_t head_dim);
 // A GPU kernel's tiles as it sets them. sm80: Br = 128; Bc = 128 at D <= 64, else 64. sm90 (D 64,
 // 128, 256): Br = 192, 128, 128; Bc = 128, 128, 80.
 Tiles gpu_tiles(const Shape& shape, Kernel kernel = Kernel::kCudaSm80);

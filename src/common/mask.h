@@ -107,6 +107,17 @@ TILEATTN_HD void tile_key_range(const Mask& mask, int64_t q0, int64_t q1, int64_
   *end = mask.hi(q1 - 1);
 }
 
+// The rows of the query tile [q0, q0 + rows) that see key `key` are [*first, max(*first,
+// *past)): rows before *first see only earlier keys (hi <= key), rows from *past on only later
+// ones (lo > key). lo and hi are non-decreasing in the row, so for keys visited in increasing
+// order both only move forward: start them at 0 and pass them back for the next key.
+template <class Mask>
+TILEATTN_HD void rows_seeing(const Mask& mask, int64_t q0, int64_t rows, int64_t key, int64_t* first,
+                             int64_t* past) {
+  while (*first < rows && mask.hi(q0 + *first) <= key) ++*first;
+  while (*past < rows && mask.lo(q0 + *past) <= key) ++*past;
+}
+
 // True when every row of [q0, q1) sees every key of [k0, k1): the block needs no masking.
 template <class Mask>
 TILEATTN_HD bool block_fully_visible(const Mask& mask, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {

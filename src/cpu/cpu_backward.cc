@@ -126,9 +126,7 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   // (prefetch.h): K and V's rows are prefetched kAhead rows before they are read, and a row
   // block's Q, dO and O rows in slices under the previous row block's key blocks.
   constexpr int64_t kAhead = 8;
-  const auto kv_row = [&](const Strides4& st, int64_t j) {
-    return b * st.b + (seq.k_start + j) * st.l + hk * st.h;
-  };
+  const auto kv_row = [&](const Strides4& st, int64_t j) { return kv_offset(p, st, b, seq.k_start + j, hk); };
   const auto prefetch_kv = [&](int64_t j0, int64_t n) {
     prefetch_rows(p.k, p.dtype, D, p.k_stride.d, n, [&](int64_t i) { return kv_row(p.k_stride, j0 + i); });
     prefetch_rows(p.v, p.dtype, D, p.v_stride.d, n, [&](int64_t i) { return kv_row(p.v_stride, j0 + i); });
@@ -136,11 +134,10 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   prefetch_kv(0, std::min(kAhead, Lk));
   for (int64_t j = 0; j < Lk; ++j) {
     if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
-    const int64_t row = seq.k_start + j;
-    simd.load(element_ptr(p.k, p.dtype, b * p.k_stride.b + row * p.k_stride.l + hk * p.k_stride.h), p.dtype,
-              p.k_stride.d, &ws.kf[j * Dp], D, 1.0f);
-    simd.load(element_ptr(p.v, p.dtype, b * p.v_stride.b + row * p.v_stride.l + hk * p.v_stride.h), p.dtype,
-              p.v_stride.d, ws.row.data(), D, 1.0f);
+    simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dp], D,
+              1.0f);
+    simd.load(element_ptr(p.v, p.dtype, kv_row(p.v_stride, j)), p.dtype, p.v_stride.d, ws.row.data(), D,
+              1.0f);
     for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dp + d], ws.vt[d * Lkp + j] = ws.row[d];
   }
   ws.k_finite.assign((Lk + kBlockK - 1) / kBlockK, 1);
@@ -266,11 +263,9 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
             simd.gemm(1, Dp, hi - lo, &ws.ds[r * kBlockK + lo], kBlockK, 1, &ws.kf[(k0 + lo) * Dp], Dp,
                       &ws.dq[r * Dp], Dp, true);
         }
-        for (int64_t c = 0; c < kn; ++c) {
-          // Rows of the block that see key k0 + c: a contiguous run (lo and hi grow with the row).
-          int64_t r0 = 0, r1 = rows;
-          while (r0 < rows && mask.hi(i0 + r0) <= k0 + c) ++r0;
-          while (r1 > r0 && mask.lo(i0 + r1 - 1) > k0 + c) --r1;
+        for (int64_t c = 0, r0 = 0, r1 = 0; c < kn; ++c) {
+          // Rows of the block that see key k0 + c: a contiguous run [r0, r1) (mask.h).
+          rows_seeing(mask, i0, rows, k0 + c, &r0, &r1);
           if (r0 >= r1) continue;
           simd.gemm(1, Dp, r1 - r0, &ws.ds[r0 * kBlockK + c], 1, kBlockK, &ws.q[r0 * Dp], Dp,
                     &ws.dk[(k0 + c) * Dp], Dp, true);

@@ -70,19 +70,17 @@ struct Workspace {
         row16(2 * d) {}
 };
 
-// -inf where row q0 + r does not see key k0 + j, in S^T [kn][ld]. lo and hi are non-decreasing
-// in the row (mask.h), so for key j the rows that do not see it are a prefix (hi <= j) and a
-// suffix (lo > j), both moving right as j grows: two fills a key, each along S^T's contiguous
+// -inf where row q0 + r does not see key k0 + j, in S^T [kn][ld]: for each key the rows that do
+// not see it are a prefix and a suffix (rows_seeing, mask.h), two fills along S^T's contiguous
 // row (a loop over the rows of each key had stored one float a cache line).
 template <class Mask>
 void mask_block(const Mask& mask, int64_t q0, int64_t rows, int64_t k0, int64_t kn, float* st, int64_t ld) {
-  int64_t before = 0, after = 0;  // rows [0, before) end before key j; rows [after, rows) start after it
+  int64_t first = 0, past = 0;
   for (int64_t j = 0; j < kn; ++j) {
-    while (before < rows && mask.hi(q0 + before) <= k0 + j) ++before;
-    while (after < rows && mask.lo(q0 + after) <= k0 + j) ++after;
+    rows_seeing(mask, q0, rows, k0 + j, &first, &past);
     float* s = st + j * ld;
-    std::fill(s, s + before, -INFINITY);
-    std::fill(s + std::max(before, after), s + rows, -INFINITY);
+    std::fill(s, s + first, -INFINITY);
+    std::fill(s + std::max(first, past), s + rows, -INFINITY);
   }
 }
 
@@ -107,7 +105,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // products are exact in fp32) times q_mul after, O += P V with the weights rounded to bf16, as
   // GPU kernels do (eager rounds S and P alike). With AVX512-BF16's dot products alone the
   // packing costs more than the GEMMs save (docs/cpu.md).
-  const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
+  const bool pairs = bf16_pairs(p.dtype == DType::kBFloat16, simd.amx, D);
   const bool k_words = pairs && k_words_in_place(p);
   // On pairs without a softcap S^T stays unscaled: its column maxima are scaled instead (x -> x
   // q_mul is monotonic for q_mul > 0, so the rounded maximum is the same), and the weights' pass
@@ -266,7 +264,8 @@ void run(const AttnParams& p) {
   // GFLOP/s against 183-198 at 64 and 191-193 at 256, then 221-224 with 512 rows against 193-208
   // at 256 and 198-204 at 1024 (79d7c21, eabd560); once the buffers were aligned and K read in
   // place (ca7e96e), 256 keys ran 1.06-1.15x 128 (L = 512-4096, D = 64 and 128, GQA 32 / 8).
-  if (p.dtype == DType::kBFloat16 && simd.amx && p.head_dim % 2 == 0) {
+  const bool pairs = bf16_pairs(p.dtype == DType::kBFloat16, simd.amx, p.head_dim);
+  if (pairs) {
     tile.block_k = 256;
     if (std::is_same_v<Mask, NoMask> && tile.block_q == 256 &&
         p.batch * p.heads_q * ((p.seqlen_q + 511) / 512) >= 4 * threads)
@@ -330,7 +329,6 @@ void run(const AttnParams& p) {
   // tiles x query heads of a KV head's group), bf16 on AMX, as the GEMMs' words. Each sequence's
   // blocks its rows read (a window over a chunk of rows reads few of them). Not the fp32 paths:
   // a copy of K and V in fp32 bought fp32 1.03-1.09x (c6955b7) for as much memory as K and V.
-  const bool pairs = p.dtype == DType::kBFloat16 && simd.amx && D % 2 == 0;
   std::vector<int64_t> first(p.batch), end(p.batch);
   for (int64_t b = 0; b < p.batch; ++b) {
     const SeqInfo seq = seq_info(p.seqs, b);

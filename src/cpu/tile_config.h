@@ -10,6 +10,10 @@ struct TileConfig {
   int64_t block_k;  // keys per inner step (Bc)
 };
 
+// Whether the forward takes bf16 through the bf16 GEMM on AMX tiles (cpu_forward.cc "pairs"):
+// tiles of its own (256 keys; 512 rows without a mask) and K and V packed once (kv_pairs.h).
+constexpr bool bf16_pairs(bool bf16, bool amx, int64_t head_dim) { return bf16 && amx && head_dim % 2 == 0; }
+
 // heads = batch * query heads; threads = workers that share the items.
 constexpr TileConfig tile_config(int64_t head_dim, int64_t seqlen_q, int64_t heads, int64_t threads) {
   // Bc = 64: S^T = K Q^T has Bc rows, a multiple of the micro-kernel's; 128 measured slower

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 
+#include "simd/exp2_poly.h"
+
 namespace tileattn::detail::avx512bf16 {
 namespace {
 
 // vexp2 of kernels.inc: 0 below -126 (and for -inf), NaN kept; n = round-to-nearest-even(x),
-// 2^f on f = x - n in [-0.5, 0.5] by the same degree-7 polynomial, times 2^n (exact: n >= -126
+// 2^f on f = x - n in [-0.5, 0.5] by the same polynomial (exp2_poly.h), times 2^n (exact: n >= -126
 // only with f >= 0, so the product is normal).
 inline __m512 exp2v(__m512 x) {
   const __m512 lowest = _mm512_set1_ps(-126.0f);
@@ -23,14 +25,9 @@ inline __m512 exp2v(__m512 x) {
   // (maskz: GCC 12's unmasked form reads an undefined register and warns)
   const __m512 n = _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5252733804059841e-05f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+#pragma GCC unroll 8
+  for (int k = 1; k <= kExp2Degree; ++k) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[k]));
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~under), p, n);
 }
 
