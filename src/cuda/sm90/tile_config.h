@@ -21,8 +21,7 @@ struct TileConfig {
   bool v_by_warps = false;
   // Under a mask, a consumer skips the tile's trailing key blocks that none of its 64 rows sees
   // (the later rows of a causal tile do): it waits, takes its turns and releases them as
-  // idle_tile does (mainloop.cuh). A tuning variant (tests/cuda_sm90/tune_sm90) until an H200
-  // has timed it.
+  // idle_tile does (mainloop.cuh). On at D = 64 (tile_config below); a tuning variant elsewhere.
   bool skip_masked_tail = false;
   // Each row's softmax max and sum as this many interleaved chains, the base moved without a
   // branch (softmax.cuh, BlockSoftmax). A tuning variant until an H200 has timed it.
@@ -98,8 +97,15 @@ struct TileConfig {
 //   tied). Before the tile index was made warp-uniform (kernel.cuh, consume_all) and the counter
 //   stopped being allocated per launch, persistent CTAs measured 5-30% slower everywhere
 //   (bench/results/tune_sm90_h200_2026-11-29_persistent_poly.txt).
+// - D = 64 skips a consumer's masked tail blocks (skip_masked_tail): causal 1.03-1.05x at L =
+//   512-16k on an H100 (bench/results/tune_sm90_h100_2026-12-05_0bcd6ee.txt), outputs equal to
+//   the kernel without it (max |diff| 0); non-causal kernels are the same code.
 constexpr TileConfig tile_config(int head_dim) {
-  if (head_dim <= 64) return TileConfig{64, 128, 2, 3, true, true};
+  if (head_dim <= 64) {
+    TileConfig c{64, 128, 2, 3, true, true};
+    c.skip_masked_tail = true;
+    return c;
+  }
   if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true, true};
   return TileConfig{256, 80, 2, 2, true, false};
 }
