@@ -154,15 +154,16 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // masked below: the GEMMs' chunks of k and the finite-V choice then follow the grid, not the
     // tile's rows (whose height follows the thread count).
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
-    // Unpacked: the next block's K and V rows, on their way to L2 while this block computes.
+    // Unpacked: the next block's K and V rows, on their way to L2 while this block computes:
+    // K's after the S^T GEMM (which reads this block's K in place), V's before the P V GEMM.
+    // Issued together at the block's top, the 2 x Bc rows' lines filled the fill buffers and
+    // the core waited on its prefetches (fp32, D = 128, L = 2048: 1.02-1.04x split, also causal).
     const int64_t k_next = k0 + tile.block_k;
     const int64_t kn_next =
         packed.empty() ? std::min(tile.block_k, std::min(n_end * tile.block_k, k_end) - k_next) : 0;
     const auto next_pos = [&](const Strides4& st) {
       return [&, st](int64_t j) { return kv_offset(p, st, b, seq.k_start + k_next + j, hk); };
     };
-    prefetch_rows(p.k, p.dtype, D, p.k_stride.d, kn_next, next_pos(p.k_stride));
-    prefetch_rows(p.v, p.dtype, D, p.v_stride.d, kn_next, next_pos(p.v_stride));
     bool v_finite = true;
     const uint32_t* vw = ws.vw.data();
     if (pairs) {  // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp] over bf16 pairs (scaled after: fold)
@@ -201,6 +202,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
     if (!pairs) simd.gemm(kn, Brn, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
+    prefetch_rows(p.k, p.dtype, D, p.k_stride.d, kn_next, next_pos(p.k_stride));
 
     if (p.softcap > 0)
       for (int64_t j = 0; j < kn; ++j)
@@ -227,6 +229,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       simd.exp2_cols(ws.st.data(), kn, Brp, Brn, ws.base.data(), ws.sum.data());
     }
     for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
+    prefetch_rows(p.v, p.dtype, D, p.v_stride.d, kn_next, next_pos(p.v_stride));
     // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
     // In a partly masked block each row sums only the keys it sees: a hidden key has P = 0,
     // but 0 * V is NaN when V holds a NaN or an inf, which must not reach rows that cannot see
