@@ -24,7 +24,8 @@
 #             entries, ';'-separated; the Python package, installed first)
 #   profile_bwd  ncu on the sm90 backward (PROFILE_BWD shapes): stall reasons per issue, the
 #             tensor pipe's and shared memory's use
-#   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it) at
+#   tune      tests/cuda_sm90/tune_sm90: alternative sm90 configs (SM90_TUNE=ON builds it; TUNE_D=128:
+#             that head dim alone) at
 #             the lengths in TUNE_L (default 1024 4096 16384); the lines in OUTDIR/tune.txt,
 #             each variant over the default in the summary (tune_table.py)
 #   tune_bwd  tests/cuda_sm90/tune_sm90_bwd: where the sm90 backward's time goes (preprocessing,

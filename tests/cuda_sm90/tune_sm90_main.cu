@@ -1,5 +1,6 @@
 // tune_sm90 [L...]: the sm90 configs of tune_sm90_d*.cu at each L (default 2048 8192), bf16,
 // B = 16384 / L, H = 2048 / D, causal off and on; then GQA decoding shapes (tune_sm90_decode.cu).
+// TUNE_D=64|128|256: that head dim's configs alone, no decoding shapes (a shorter GPU call).
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,6 +14,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths;
   for (int i = 1; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
   if (lengths.empty()) lengths = {2048, 8192};
+  const char* only_env = std::getenv("TUNE_D");
+  const int only = only_env != nullptr ? std::atoi(only_env) : 0;
+  const auto wanted = [&](int d) { return only == 0 || only == d; };
   const int64_t n = int64_t{16384} * 2048;  // elements of each buffer: the largest problem below
   Buffers buf{};
   if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
@@ -27,11 +31,11 @@ int main(int argc, char** argv) {
     buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     for (bool causal : {false, true}) {
       buf.Hq = buf.Hkv = 2048 / 64;
-      tune_d64(buf, causal);
+      if (wanted(64)) tune_d64(buf, causal);
       buf.Hq = buf.Hkv = 2048 / 128;
-      tune_d128(buf, causal);
+      if (wanted(128)) tune_d128(buf, causal);
       buf.Hq = buf.Hkv = 2048 / 256;
-      tune_d256(buf, causal);
+      if (wanted(256)) tune_d256(buf, causal);
     }
   }
   // GQA with short rows (decoding, speculative decoding): 32 query heads on 4 KV heads, a few
@@ -40,6 +44,7 @@ int main(int argc, char** argv) {
     int64_t B, Lq, Lk;
   } decode[] = {{4, 1, 8192}, {4, 16, 8192}, {64, 1, 1024}, {64, 16, 1024}, {64, 64, 1024}};
   for (const auto& d : decode) {
+    if (only != 0) break;
     buf.B = d.B, buf.Lq = d.Lq, buf.Lk = d.Lk, buf.Hq = 32, buf.Hkv = 4;
     tune_decode(buf, d.Lq > 1);
   }
