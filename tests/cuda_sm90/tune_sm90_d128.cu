@@ -8,9 +8,5 @@ void tune_d128(const Buffers& b, bool causal) {
   time_one<Cfg<chains(persistent(cfg(128, 128, 2, 2)), 8)>>(b, causal);
   // O written from the accumulators instead of staged for a TMA store.
   time_one<Cfg<o_direct(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
-  // The wait for the previous P V at the top of the next step: the exponentials under it (same
-  // bits; expected max|diff| 0). Only D = 128 has the registers: at 64 (three consumers) and
-  // 256 ptxas serializes every wgmma (C7512).
-  time_one<Cfg<late_wait(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

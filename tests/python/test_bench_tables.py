@@ -41,7 +41,7 @@ def test_variants_named_by_their_changes_and_divided_by_the_default_of_the_same_
     assert results[(128, "default", full)][0] == 610.0
     assert results[(128, "chains=4", full)] == (640.5, "0.000244")
     assert results[(128, "persistent=0", causal)][0] == 560.5
-    assert (64, "page=16, splits=4", (0, 4, 1, 8192)) in results
+    assert (64, "skip=0, page=16, splits=4", (0, 4, 1, 8192)) in results  # D = 64 skips by default
     assert len(results) == 5
     text = tune_table.tables(results)
     assert "| chains=4 | 640 (1.050) |  | 0.000244 |" in text

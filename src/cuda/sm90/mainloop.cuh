@@ -323,8 +323,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       to_fragments();
     }
     // Block j's end: the P V of block j - 1 waited for and its V stage released, O moved to
-    // block j's base, block j's weights packed. At the end of step j, or with late_wait at the
-    // top of step j + 1 (tile_config.h).
+    // block j's base, block j's weights packed.
     auto finish = [&](int64_t j) {
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
@@ -338,8 +337,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       to_fragments();
     };
     for (int64_t j = 1; j < own; ++j) {
-      if constexpr (kCfg.late_wait)
-        if (j > 1) finish(j - 1);
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
       mbarrier_wait<false>(sm.v_full(sv.stage), sv.phase);
@@ -352,10 +349,8 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
       softmax(s, k_first + static_cast<int>(j) * kN);
-      if constexpr (!kCfg.late_wait) finish(j);
+      finish(j);
     }
-    if constexpr (kCfg.late_wait)
-      if (own > 1) finish(own - 1);
     {
       // The last block this consumer computes; with blocks past it, the K of the first of them
       // is waited for and released in the same turn (idle_tile's step `own`).

@@ -26,13 +26,6 @@ struct TileConfig {
   // Each row's softmax max and sum as this many interleaved chains, the base moved without a
   // branch (softmax.cuh, BlockSoftmax). A tuning variant until an H200 has timed it.
   int softmax_chains = 1;
-  // A step's wait for the previous block's P V, O's rescaling and the packing of this block's
-  // weights at the top of the next step instead of at the end of this one (mainloop.cuh,
-  // consume_tile). ptxas (nvcc 13.0) schedules the wait ahead of the exponentials wherever it
-  // sits in the same basic block, so a consumer's exponentials do not run under its own P V;
-  // behind the loop's branch it cannot move up. Same operations, same order: the same bits. A
-  // tuning variant until an H200 has timed it.
-  bool late_wait = false;
   // O / l written from the accumulators to global memory, two elements a 4-byte store, instead
   // of staged in shared memory for a TMA store (epilogue.cuh): persistent CTAs at D = 256, where
   // O has no room of its own, can then load the next tile's Q during the epilogue. A tuning
