@@ -172,8 +172,8 @@ void time_one(const Buffers& buf, bool causal) {
       "GB/s "
       "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
-      c.skip_masked_tail, c.softmax_chains, c.o_direct, buf.page_size, c.smem_bytes(), causal,
-      splits, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+      c.skip_masked_tail, c.softmax_chains, c.o_direct, buf.page_size, c.smem_bytes(), causal, splits,
+      static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
       static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
       diff);
 }
