@@ -155,7 +155,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     // tile's rows (whose height follows the thread count).
     const int64_t kn = std::min(tile.block_k, (pairs ? seq.len_k : k_end) - k0);
     // Unpacked: the next block's K and V rows, on their way to L2 while this block computes:
-    // K's after the S^T GEMM (which reads this block's K in place), V's before the P V GEMM.
+    // K's after the S^T GEMM (which reads this block's K), V's before the P V GEMM.
     // Issued together at the block's top, the 2 x Bc rows' lines filled the fill buffers and
     // the core waited on its prefetches (fp32, D = 128, L = 2048: 1.02-1.04x split, also causal).
     const int64_t k_next = k0 + tile.block_k;
