@@ -152,7 +152,7 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON): OUTDIR/tun
 }
 run_tune_bwd() {  # the sm90 backward's parts timed alone (SM90_TUNE=ON, CUDA_BACKWARD on)
   step tune-bwd 200 "$BUILD/tests/cuda_sm90/tune_sm90_bwd" ${TUNE_BWD_L:-512 1024 4096 16384}
-  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |preprocess|failed|what\(\)|CUDA error" | cut -c1-260 >>"$SUMMARY"
+  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |preprocess|failed|what\(\)|CUDA error|CTAs|position" | cut -c1-260 >>"$SUMMARY"
 }
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"

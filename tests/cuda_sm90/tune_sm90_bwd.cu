@@ -12,7 +12,8 @@
 // checked first against the library kernel's, poisoned before each run (agrees), on these shapes
 // and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
 // run. Inputs: a hash fill, out and lse from the library's forward. Last, the kernel's timeline
-// CTA by CTA at D = 64 and 128 without a mask, staged (the library's) and direct (tune_sm90_bwd_probe.cu).
+// CTA by CTA without a mask (tune_sm90_bwd_probe.cu): the library's kernel in the fast and the
+// deterministic mode at D = 64, 128 and 256, and direct at 64 and 128.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -289,16 +290,20 @@ int main(int argc, char** argv) {
   void* flush = nullptr;
   constexpr size_t kFlushBytes = size_t{256} << 20;
   CHECK(cudaMalloc(&flush, kFlushBytes));
-  for (int64_t D : {64, 128})
+  for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
-      for (bool direct : {false, true}) {
+      for (int run = 0; run < 3; ++run) {  // the library's kernel, fast and deterministic; direct, fast
+        const bool direct = run == 2, deterministic = run == 1;
+        if (direct && D == 256) continue;
         const Shape sh{kTokens / L, L, L, kHidden / D, D, -1, -1};
         forward_of(m, sh);
-        const Path path(m, sh, false);
+        const Path path(m, sh, deterministic);
         path.preprocess();
         path.zero();
         std::printf("  D %3lld L %5lld %s:", static_cast<long long>(D), static_cast<long long>(L),
-                    direct ? "direct " : "library");
+                    direct          ? "direct "
+                    : deterministic ? "det.   "
+                                    : "library");
         bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), direct, flush, kFlushBytes);
       }
   CHECK(cudaFree(flush));

@@ -4,7 +4,11 @@
 // step done, dK and dV stored (consumer 0), the loads issued (the loader) and the last dQ
 // addition read (the dQ writer). One launch after the L2 is flushed: the medians say what a CTA
 // spends outside its steps, and the gap on each SM between a CTA's last mark and the next one's
-// entry what the launch of the next costs.
+// entry what the launch of the next costs. Then a CTA's whole time (entry to its last mark) by
+// its key block's position in the launch order, a quarter of the positions each: flat in the
+// fast mode; in deterministic mode, where each query block's additions come in that order
+// (bwd_order.h), a rise from the first quarter to the last is time spent waiting for turns. At D
+// = 256 (bwd_pair.cuh, no step marks) only the whole time and the quarters.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -50,8 +54,10 @@ void launch(const tileattn::detail::BackwardParams& b, const tileattn::detail::s
     using Mask = typename decltype(mask)::type;
     if (b.fwd.head_dim == 64)
       sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Tuning>(b, kp);
-    else
+    else if (b.fwd.head_dim == 128)
       sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Tuning>(b, kp);
+    else
+      sm90::launch_bwd<256, __nv_bfloat16, Mask, false, false, Tuning>(b, kp);
   });
 }
 
@@ -70,14 +76,18 @@ void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
   launch<Direct>(b, kp);
 }
 
-// One probed launch of b's dense bf16 kernel (head dim 64 or 128; direct: dK and dV stored straight);
-// steps: a CTA's steps without a mask. Prints a line of medians, microseconds.
+// One probed launch of b's dense bf16 kernel (head dim 64, 128 or 256; direct: dK and dV stored
+// straight, at 64 and 128); steps: a CTA's steps without a mask. Prints a line of medians and one
+// of whole times by position quarter, microseconds; deterministic mode where kp.dq_order is set.
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
                   int steps, bool direct, void* flush, size_t flush_bytes) {
   using namespace tileattn::detail;
   const int64_t ctas = kp.n_blocks * kp.heads_kv * kp.batch;
-  if (ctas > kMaxCtas || b.fwd.seqs.ragged() || (b.fwd.head_dim != 64 && b.fwd.head_dim != 128)) {
-    std::printf(" not probed (dense batches at head dims 64 and 128, up to %d CTAs)\n", kMaxCtas);
+  const int64_t D = b.fwd.head_dim;
+  if (ctas > kMaxCtas || b.fwd.seqs.ragged() || (D != 64 && D != 128 && D != 256) || (direct && D == 256)) {
+    std::printf(
+        " not probed (dense batches at head dims 64, 128 and 256, direct not at 256, up to %d CTAs)\n",
+        kMaxCtas);
     return;
   }
   std::vector<unsigned long long> zero(kMaxCtas * kSlots, 0);
@@ -92,7 +102,7 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
   TILEATTN_CUDA_CHECK(cudaMemcpyFromSymbol(m.data(), g_marks, m.size() * sizeof(m[0])));
   const auto at = [&](int64_t c, int point) { return static_cast<double>(m[c * kSlots + point]); };
   unsigned long long t0 = ~0ull, t_end = 0;
-  std::vector<double> kv, first, steps_us, store, writer, life;
+  std::vector<double> kv, first, steps_us, store, writer, life, by_quarter[4];
   for (int64_t c = 0; c < ctas; ++c) {
     t0 = std::min(t0, m[c * kSlots + sm90::kEntered]);
     const double end =
@@ -104,6 +114,7 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
     store.push_back(at(c, sm90::kDkDvStored) - at(c, sm90::kStepsDone));
     writer.push_back(at(c, sm90::kDqWritten) - at(c, sm90::kStepsDone));
     life.push_back(end - at(c, sm90::kEntered));
+    by_quarter[4 * (c % kp.n_blocks) / kp.n_blocks].push_back(life.back());
   }
   // On each SM, CTAs in order of entry: the next one's entry after this one's last mark.
   std::vector<std::vector<std::pair<double, double>>> by_sm(256);
@@ -117,11 +128,19 @@ void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::det
     for (size_t i = 1; i < v.size(); ++i) gap.push_back(v[i].first - v[i - 1].second);
   }
   const double us = 1e-3;
-  std::printf(
-      "  %5lld CTAs of %3d steps: launch %7.1f | a CTA: K/V %6.2f, first Q/dO %6.2f, steps %7.2f (%5.2f a "
-      "step), "
-      "dK/dV stored %5.2f, last dQ read %5.2f, whole %7.2f | gap to the next CTA on its SM %5.2f\n",
-      static_cast<long long>(ctas), steps, (t_end - t0) * us, median(kv) * us, median(first) * us,
-      median(steps_us) * us, median(steps_us) * us / std::max(1, steps), median(store) * us,
-      median(writer) * us, median(life) * us, median(gap) * us);
+  if (D == 256) {
+    std::printf("  %5lld CTAs: launch %7.1f | a CTA whole %7.2f |", static_cast<long long>(ctas),
+                (t_end - t0) * us, median(life) * us);
+  } else {
+    std::printf(
+        "  %5lld CTAs of %3d steps: launch %7.1f | a CTA: K/V %6.2f, first Q/dO %6.2f, steps %7.2f (%5.2f a "
+        "step), "
+        "dK/dV stored %5.2f, last dQ read %5.2f, whole %7.2f | gap to the next CTA on its SM %5.2f\n",
+        static_cast<long long>(ctas), steps, (t_end - t0) * us, median(kv) * us, median(first) * us,
+        median(steps_us) * us, median(steps_us) * us / std::max(1, steps), median(store) * us,
+        median(writer) * us, median(life) * us, median(gap) * us);
+  }
+  std::printf("  %s, whole by position quarter:", kp.dq_order != nullptr ? "deterministic" : "fast");
+  for (const auto& q : by_quarter) std::printf(" %7.2f", median(q) * us);
+  std::printf("\n");
 }
