@@ -218,30 +218,64 @@ def flash_attn_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    attention_chunk=0,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
 ):
     """A drop-in for ``flash_attn.flash_attn_func`` for what tileattn supports.
 
+    flash-attn 2's argument order (``dropout_p`` fourth), with flash-attn 3's further arguments
+    taken by keyword: flash-attn 3 callers pass ``softmax_scale`` and ``causal`` by keyword.
     q ``[batch, seqlen_q, heads_q, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``
     as in flash-attn (any array kind :func:`attention` takes). ``softmax_scale``, ``causal``,
     ``window_size`` and ``softcap`` mean what they mean there (with ``causal=True`` the window's
     right side is 0, as flash-attn sets it); ``deterministic`` makes the backward (torch
-    autograd) deterministic. Returns ``out``; with torch tensors that require grad it trains.
+    autograd) deterministic; ``num_splits`` as in :func:`attention` (0: chosen per problem);
+    ``pack_gqa`` is accepted (tileattn packs query heads on its own). Returns ``out``; with
+    ``return_attn_probs=True`` flash-attn 2's ``(out, softmax_lse, None)``: the LSE ``[batch,
+    heads_q, seqlen_q]`` float32 (natural log; -inf for a row that sees no key, where flash-attn
+    writes +inf), and no probabilities. With torch tensors that require grad it trains.
 
     Raises:
-        NotImplementedError: ``dropout_p != 0``, ``alibi_slopes`` given, or
-            ``return_attn_probs=True`` (use ``attention(..., return_lse=True)`` for the LSE).
+        NotImplementedError: ``dropout_p != 0``, ``alibi_slopes``, ``qv``, FP8 descales,
+            ``attention_chunk`` or ``sm_margin`` given.
     """
-    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
+    refuse_fa2_extras(dropout_p, alibi_slopes)
+    _refuse_fa3_extras(qv, q_descale, k_descale, v_descale, attention_chunk, sm_margin)
     try:
-        return attention(
+        result = attention(
             q, k, v, causal=causal, scale=softmax_scale, window=_flash_window(causal, window_size),
-            softcap=softcap, deterministic=deterministic,
+            softcap=softcap, deterministic=deterministic, return_lse=bool(return_attn_probs),
+            num_splits=num_splits,
         )
     except (TypeError, ValueError) as error:
         renamed = _flash_attn_error(error)
         if renamed is None:
             raise
         raise renamed from None
+    return (*result, None) if return_attn_probs else result
+
+
+def _refuse_fa3_extras(qv, q_descale, k_descale, v_descale, attention_chunk, sm_margin):
+    """What flash-attn 3's entries take and tileattn does not: NotImplementedError for each."""
+    for name, value, default in (("qv", qv, None), ("q_descale", q_descale, None), ("k_descale", k_descale, None),
+                                 ("v_descale", v_descale, None), ("attention_chunk", attention_chunk, 0),
+                                 ("sm_margin", sm_margin, 0)):
+        not_supported(name, value, default)
+
+
+def not_supported(name, value, default):
+    """NotImplementedError when an argument tileattn lacks is given a value other than its default."""
+    given = value is not None if default is None else value != default
+    if given:
+        shown = _arrays.type_name(value) if default is None else repr(value)
+        raise NotImplementedError(f"{name}={shown}: tileattn does not support it; pass {name}={default!r}")
 
 
 _FLASH_ATTN_NAMES = {
@@ -252,20 +286,19 @@ _FLASH_ATTN_NAMES = {
 }
 
 
-def refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs):
+def refuse_fa2_extras(dropout_p, alibi_slopes):
     """What flash-attn 2's entries take and tileattn does not: NotImplementedError for each."""
-    if dropout_p != 0.0:
+    if dropout_p is None or (isinstance(dropout_p, (int, float)) and dropout_p != 0.0):
         raise NotImplementedError(
-            f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference)"
+            f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference). "
+            "These entries take flash-attn 2's argument order (q, k, v, dropout_p, softmax_scale, "
+            "causal, ...); with flash-attn 3's order, pass softmax_scale= and causal= by keyword"
         )
+    if not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p: got a {_arrays.type_name(dropout_p)}, expected 0.0")
     if alibi_slopes is not None:
         raise NotImplementedError(
             "alibi_slopes: tileattn has no ALiBi bias; pass alibi_slopes=None"
-        )
-    if return_attn_probs:
-        raise NotImplementedError(
-            "return_attn_probs=True: tileattn does not return attention probabilities; "
-            "use tileattn.attention(..., return_lse=True) for the log-sum-exp"
         )
 
 

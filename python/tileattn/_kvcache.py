@@ -3,8 +3,8 @@
 import numbers
 
 from . import _C, _arrays
-from ._api import _check_options, _flash_attn_error, _flash_window, argument_error
-from ._varlen import _check_max, _not_supported
+from ._api import _check_options, _flash_attn_error, _flash_window, argument_error, not_supported
+from ._varlen import _check_max
 
 _INDEX = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "cu_seqlens_k_new")
 
@@ -53,7 +53,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                                  ("v_descale", v_descale, None), ("rotary_seqlens", rotary_seqlens, None),
                                  ("scheduler_metadata", scheduler_metadata, None),
                                  ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):
-        _not_supported(name, value, default)
+        not_supported(name, value, default)
     try:
         options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, kernel,
                                  num_splits)

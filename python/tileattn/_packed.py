@@ -40,11 +40,13 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """A drop-in for ``flash_attn.flash_attn_qkvpacked_func``: ``qkv`` ``[batch, seqlen, 3, heads,
     head_dim]``, the rest as :func:`flash_attn_func`. Returns ``out`` ``[batch, seqlen, heads,
-    head_dim]``; with torch tensors that require grad it trains (the gradient lands in qkv)."""
-    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
+    head_dim]`` (with ``return_attn_probs=True`` ``(out, softmax_lse, None)``); with torch tensors
+    that require grad it trains (the gradient lands in qkv)."""
+    refuse_fa2_extras(dropout_p, alibi_slopes)
     q, k, v = _unpack(qkv, "qkv", 2, 3, 5)
     return _call("qkv", ("q", "k", "v"), 2, flash_attn_func, q, k, v, softmax_scale=softmax_scale, causal=causal,
-                 window_size=window_size, softcap=softcap, deterministic=deterministic)
+                 window_size=window_size, softcap=softcap, deterministic=deterministic,
+                 return_attn_probs=return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -52,10 +54,11 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """A drop-in for ``flash_attn.flash_attn_kvpacked_func``: q ``[batch, seqlen_q, heads_q,
     head_dim]``, ``kv`` ``[batch, seqlen_k, 2, heads_kv, head_dim]``, the rest as
     :func:`flash_attn_func`."""
-    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
+    refuse_fa2_extras(dropout_p, alibi_slopes)
     k, v = _unpack(kv, "kv", 2, 2, 5)
     return _call("kv", ("k", "v"), 2, flash_attn_func, q, k, v, softmax_scale=softmax_scale, causal=causal,
-                 window_size=window_size, softcap=softcap, deterministic=deterministic)
+                 window_size=window_size, softcap=softcap, deterministic=deterministic,
+                 return_attn_probs=return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -64,12 +67,14 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """A drop-in for ``flash_attn.flash_attn_varlen_qkvpacked_func`` (flash-attn 2's argument
     order): packed ``qkv`` ``[total, 3, heads, head_dim]`` with int32 ``cu_seqlens`` ``[batch +
     1]``, as :func:`flash_attn_varlen_func` with the same lengths for queries and keys. Returns
-    ``out`` ``[total, heads, head_dim]``."""
-    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
+    ``out`` ``[total, heads, head_dim]``; with ``return_attn_probs=True`` flash-attn 2's ``(out,
+    softmax_lse, None)``, the LSE ``[heads, total]``."""
+    refuse_fa2_extras(dropout_p, alibi_slopes)
     q, k, v = _unpack(qkv, "qkv", 1, 3, 4)
-    return _call("qkv", ("q", "k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens, cu_seqlens, max_seqlen,
-                 max_seqlen, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                 num_splits=0, deterministic=deterministic)
+    result = _call("qkv", ("q", "k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens, cu_seqlens,
+                   max_seqlen, max_seqlen, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                   softcap=softcap, num_splits=0, deterministic=deterministic, return_attn_probs=return_attn_probs)
+    return (*result, None) if return_attn_probs else result
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -77,9 +82,12 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """A drop-in for ``flash_attn.flash_attn_varlen_kvpacked_func`` (flash-attn 2's argument
     order): q ``[total_q, heads_q, head_dim]``, ``kv`` ``[total_k, 2, heads_kv, head_dim]``, as
-    :func:`flash_attn_varlen_func`. Returns ``out`` ``[total_q, heads_q, head_dim]``."""
-    refuse_fa2_extras(dropout_p, alibi_slopes, return_attn_probs)
+    :func:`flash_attn_varlen_func`. Returns ``out`` ``[total_q, heads_q, head_dim]``; with
+    ``return_attn_probs=True`` flash-attn 2's ``(out, softmax_lse, None)``."""
+    refuse_fa2_extras(dropout_p, alibi_slopes)
     k, v = _unpack(kv, "kv", 1, 2, 4)
-    return _call("kv", ("k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                 max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                 num_splits=0, deterministic=deterministic)
+    result = _call("kv", ("k", "v"), 1, flash_attn_varlen_func, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                   max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                   window_size=window_size, softcap=softcap, num_splits=0, deterministic=deterministic,
+                   return_attn_probs=return_attn_probs)
+    return (*result, None) if return_attn_probs else result

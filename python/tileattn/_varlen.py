@@ -6,7 +6,8 @@ import numbers
 import numpy as np
 
 from . import _C, _arrays
-from ._api import _check_arrays_any_rank, _check_options, _flash_attn_error, _flash_window, argument_error
+from ._api import (_check_arrays_any_rank, _check_options, _flash_attn_error, _flash_window, _refuse_fa3_extras,
+                   argument_error)
 
 _INDEX_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k")
 
@@ -92,6 +93,9 @@ def attention_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqle
     """
     options = _check_options(causal, scale, window, softcap, kernel, num_splits)
     index = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    for name, x in zip(_INDEX_NAMES, index):  # a TypeError naming it before any op sees it
+        if x is not None:
+            _arrays.kind_of(x, name)
     max_q, max_k = _check_max(max_seqlen_q, "max_seqlen_q"), _check_max(max_seqlen_k, "max_seqlen_k")
     if _arrays.kind_of(q, "q") == "torch":
         from . import torch as tileattn_torch
@@ -114,13 +118,6 @@ def reference_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, max_seqle
                        out_dtype="float64", lse_dtype="float64")
 
 
-def _not_supported(name, value, default):
-    given = value is not None if default is None else value != default
-    if given:
-        shown = _arrays.type_name(value) if default is None else repr(value)
-        raise NotImplementedError(f"{name}={shown}: tileattn does not support it; pass {name}={default!r}")
-
-
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                            seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
                            k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
@@ -138,10 +135,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``attention_chunk`` or ``sm_margin`` given.
     """
-    for name, value, default in (("qv", qv, None), ("q_descale", q_descale, None), ("k_descale", k_descale, None),
-                                 ("v_descale", v_descale, None), ("attention_chunk", attention_chunk, 0),
-                                 ("sm_margin", sm_margin, 0)):
-        _not_supported(name, value, default)
+    _refuse_fa3_extras(qv, q_descale, k_descale, v_descale, attention_chunk, sm_margin)
     try:
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                 max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, causal=causal,

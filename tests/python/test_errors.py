@@ -127,13 +127,27 @@ def test_nothing_written_and_no_state_left_after_an_error():
     "kwargs, match",
     [
         ({"dropout_p": 0.1}, r"dropout_p=0.1: tileattn has no dropout"),
+        # flash-attn 3's order put positionally: softmax_scale lands in dropout_p.
+        ({"dropout_p": None}, r"dropout_p=None: .*flash-attn 3's order, pass softmax_scale= and causal= by keyword"),
         ({"alibi_slopes": np.ones((4,), np.float32)}, r"alibi_slopes: tileattn has no ALiBi"),
-        ({"return_attn_probs": True}, r"return_attn_probs=True: .*return_lse=True"),
+        ({"qv": np.ones((1,), np.float32)}, r"^qv=numpy.ndarray: tileattn does not support it"),
+        ({"attention_chunk": 64}, r"^attention_chunk=64: tileattn does not support it; pass attention_chunk=0"),
+        ({"sm_margin": 8}, r"^sm_margin=8: "),
     ],
 )
 def test_flash_attn_func_not_implemented(kwargs, match):
     with pytest.raises(NotImplementedError, match=match):
         tileattn.flash_attn_func(Q, K, V, **kwargs)
+
+
+def test_flash_attn_func_takes_flash_attn_3s_keywords_and_returns_the_lse():
+    out = tileattn.flash_attn_func(Q, K, V, causal=True, num_splits=2, pack_gqa=True)
+    np.testing.assert_allclose(out, tileattn.attention(Q, K, V, causal=True), atol=1e-6, rtol=0)
+    out, lse, probs = tileattn.flash_attn_func(Q, K, V, softmax_scale=0.3, return_attn_probs=True)
+    want_out, want_lse = tileattn.attention(Q, K, V, scale=0.3, return_lse=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert probs is None
 
 
 def test_flash_attn_func_names_its_own_arguments():

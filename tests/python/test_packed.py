@@ -87,9 +87,6 @@ def test_bad_packing_and_fa2_extras_name_themselves():
         tileattn.flash_attn_varlen_qkvpacked_func(make((9, 2, 4, 8), 6), cu([9]), 9)
     with pytest.raises(NotImplementedError, match="dropout_p"):
         tileattn.flash_attn_qkvpacked_func(make((1, 4, 3, 2, 8), 6), dropout_p=0.1)
-    with pytest.raises(NotImplementedError, match="return_attn_probs"):
-        tileattn.flash_attn_varlen_kvpacked_func(make((4, 2, 8), 6), make((4, 2, 2, 8), 7), cu([4]), cu([4]), 4, 4,
-                                                 return_attn_probs=True)
     with pytest.raises(TypeError, match="^kv"):
         tileattn.flash_attn_kvpacked_func(make((1, 4, 2, 8), 6), [[1.0]])
     # Errors about a slice name the packed array.
@@ -125,3 +122,21 @@ def test_torch_varlen_kvpacked_gradients():
     torch.testing.assert_close(q.grad, q2.grad, rtol=0, atol=1e-6)
     torch.testing.assert_close(kv.grad, torch.stack([k2.grad, v2.grad], dim=1), rtol=0, atol=1e-6)
     assert float(kv.grad.abs().max()) > 0
+
+
+def test_return_attn_probs_gives_flash_attn_2s_triple():
+    # (out, softmax_lse, None): the LSE as the unpacked entries return it, no probabilities.
+    qkv = make((2, 9, 3, 2, 8), 9)
+    out, lse, probs = tileattn.flash_attn_qkvpacked_func(qkv, causal=True, return_attn_probs=True)
+    want_out, want_lse = tileattn.attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True, return_lse=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert probs is None
+    q, kv = make((7, 2, 8), 10), make((7, 2, 2, 8), 11)
+    out, lse, probs = tileattn.flash_attn_varlen_kvpacked_func(q, kv, cu([3, 4]), cu([3, 4]), 4, 4,
+                                                              return_attn_probs=True)
+    want_out, want_lse = tileattn.flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu([3, 4]), cu([3, 4]), 4, 4,
+                                                         num_splits=0, return_attn_probs=True)
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(lse, want_lse)
+    assert lse.shape == (2, 7) and probs is None

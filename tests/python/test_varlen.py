@@ -133,6 +133,9 @@ def test_bad_arguments_name_themselves():
         tileattn.flash_attn_varlen_func(q, k, v, cu([3, 4]), cu([5, 6]), 4, 6, num_splits=300)
     with pytest.raises(NotImplementedError, match="qv"):
         tileattn.flash_attn_varlen_func(q, k, v, cu([3, 4]), cu([5, 6]), 4, 6, qv=q)
+    # flash-attn 2's order (dropout_p, softmax_scale after the maxima) puts them in seqused_q / k.
+    with pytest.raises(TypeError, match="^seqused_q: got a float, which is not an array"):
+        tileattn.flash_attn_varlen_func(q, k, v, cu([3, 4]), cu([5, 6]), 4, 6, 0.0, 0.125)
     with pytest.raises(ValueError, match="^q: rank 4"):
         tileattn.flash_attn_varlen_func(q[None], k, v, cu([3, 4]), cu([5, 6]), 4, 6)
     with pytest.raises(ValueError, match="^lse_partial: rank 3"):
