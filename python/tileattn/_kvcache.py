@@ -22,7 +22,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False, check_indices=False, kernel="auto"):
+                            return_softmax_lse=False, check_indices=False, kernel="auto", *, block_table=None):
     """A drop-in for flash-attn 3's ``flash_attn_with_kvcache`` (a decoding step).
 
     q ``[batch, seqlen_q, heads_q, head_dim]`` (or packed ``[total_q, ...]`` with
@@ -43,13 +43,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     the device first, before anything is written (one sync): a bad value raises ``ValueError``
     naming the argument. ``kernel`` (a tileattn extension, as in :func:`tileattn.attention`):
     ``"sm90"`` also runs paged caches that auto selection sends to the sm80 kernel (page sizes
-    that are not a multiple of 8, left padding) on Hopper's kernel.
+    that are not a multiple of 8, left padding) on Hopper's kernel. ``block_table`` is
+    flash-attn 2's name for ``page_table`` (by keyword); flash-attn 2's positional order, which
+    has ``rotary_cos`` where flash-attn 3 has ``qv``, is not taken.
 
     Raises:
         NotImplementedError: ``qv``, FP8 descales, ``rotary_seqlens``, ``attention_chunk``,
             ``scheduler_metadata`` or ``sm_margin`` given.
     """
-    for name, value, default in (("qv", qv, None), ("q_descale", q_descale, None), ("k_descale", k_descale, None),
+    if qv is not None:  # flash-attn 2's order puts rotary_cos here
+        raise NotImplementedError(f"qv={_arrays.type_name(qv)}: tileattn does not support it; pass qv=None "
+                                  "(flash-attn 2's order has rotary_cos, rotary_sin here: pass them by keyword)")
+    if block_table is not None:
+        if page_table is not None:
+            raise argument_error(TypeError, "block_table", "given with page_table (its flash-attn 3 name): pass one")
+        page_table = block_table
+    for name, value, default in (("q_descale", q_descale, None), ("k_descale", k_descale, None),
                                  ("v_descale", v_descale, None), ("rotary_seqlens", rotary_seqlens, None),
                                  ("scheduler_metadata", scheduler_metadata, None),
                                  ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):

@@ -100,6 +100,18 @@ def test_int_cache_seqlens_and_torch():
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
+def test_block_table_is_page_table():
+    # flash-attn 2's name for the page table, by keyword: the same call, the same bits.
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 1, 4, 16)).astype(np.float32)
+    pages = rng.standard_normal((5, 4, 2, 16)).astype(np.float32)
+    table = np.array([[3, 0], [4, 1]], np.int32)
+    seqlens = np.array([6, 3], np.int32)
+    want = tileattn.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, page_table=table)
+    got = tileattn.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, block_table=table)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bad_arguments():
     q = np.zeros((1, 1, 2, 16), np.float32) + 0.5
     kc = np.ones((1, 8, 1, 16), np.float32)
@@ -109,8 +121,11 @@ def test_bad_arguments():
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), k, k, cache_seqlens=np.array([8], np.int32))
     with pytest.raises(TypeError, match="^cache_seqlens: dtype int64 is not supported"):
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), cache_seqlens=np.array([3], np.int64))
-    with pytest.raises(NotImplementedError, match="qv"):
+    with pytest.raises(NotImplementedError, match=r"^qv=numpy.ndarray: .*rotary_cos, rotary_sin here"):
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), qv=q)
+    with pytest.raises(TypeError, match="^block_table: given with page_table"):
+        tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), page_table=np.zeros((1, 1), np.int32),
+                                         block_table=np.zeros((1, 1), np.int32))
     with pytest.raises(ValueError, match="^kernel: sm90 runs on CUDA tensors, but q is on the CPU"):
         tileattn.flash_attn_with_kvcache(q, kc, kc.copy(), k, k, cache_seqlens=np.array([3], np.int32), kernel="sm90")
     with pytest.raises(ValueError, match="^kernel: 'tma', expected one of"):
