@@ -173,5 +173,27 @@ TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
       }
 }
 
+// The grouped launch order (a tuning variant) is a permutation of the tiles in which each pair's
+// key blocks come in ascending position, so every wait is on a CTA launched before.
+TEST(Sm90DqOrder, GroupedTilesArePairwiseAscending) {
+  for (int64_t n_blocks : {1, 3, 8, 64})
+    for (int64_t pairs : {1, 5, 16, 33})
+      for (int64_t group : {1, 2, 4, 8}) {
+        SCOPED_TRACE(std::to_string(n_blocks) + " blocks, " + std::to_string(pairs) + " pairs, group " +
+                     std::to_string(group));
+        std::vector<int64_t> seen(n_blocks * pairs, -1), next(pairs, 0);
+        for (int64_t pos = 0; pos < n_blocks * pairs; ++pos) {
+          const int64_t linear = grouped_tile(pos, n_blocks, pairs, group);
+          ASSERT_TRUE(linear >= 0 && linear < n_blocks * pairs);
+          ASSERT_EQ(seen[linear], -1);
+          seen[linear] = pos;
+          const int64_t pair = linear / n_blocks;
+          EXPECT_EQ(linear % n_blocks, next[pair]++);  // the pair's key blocks in order
+        }
+      }
+  EXPECT_EQ(grouped_tile(5, 4, 3, 2), 1 * 4 + 2);  // group 0 (pairs 0, 1): position 5 is pair 1, block 2
+  EXPECT_EQ(grouped_tile(9, 4, 3, 2), 2 * 4 + 1);  // the last group holds pair 2 alone
+}
+
 }  // namespace
 }  // namespace tileattn::detail::sm90

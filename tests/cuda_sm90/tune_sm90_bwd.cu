@@ -8,7 +8,9 @@
 // whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
-// stages them in shared memory) at 64 and 128. Their gradients are
+// stages them in shared memory) at 64 and 128; and without a mask deterministic mode in the library's
+// launch order and with 8 (batch, KV head) pairs' key blocks interleaved (BwdTuning::kDetPairGroup),
+// each over the fast kernel. Their gradients are
 // checked first against the library kernel's, poisoned before each run (agrees), on these shapes
 // and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
 // run. Inputs: a hash fill, out and lse from the library's forward. Last, the kernel's timeline
@@ -69,7 +71,12 @@ struct Shape {
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
-enum class Variant { kLibrary, kPersistent, kDirect };
+enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
+// Deterministic mode without a mask with the key blocks of 8 (batch, KV head) pairs interleaved in
+// the launch order (BwdTuning::kDetPairGroup): the same bits as the library's order.
+struct Grouped : sm90::BwdTuning {
+  static constexpr int kDetPairGroup = 8;
+};
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
@@ -106,6 +113,9 @@ struct Path {
     sm80::bwd_preprocess(k, DType::kBFloat16, nullptr, kp.dq_accum, accum_floats);
     if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
   }
+  void reset_order() const {  // deterministic mode's counters back to 0 before a launch
+    if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
+  }
   void zero() const {
     CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float)));
     if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
@@ -115,12 +125,16 @@ struct Path {
     if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
+      const bool grouped = variant == Variant::kGrouped;
       if (b.fwd.head_dim == 64)
-        sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        grouped ? sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
+                : sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else if (b.fwd.head_dim == 128)
-        sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        grouped ? sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
+                : sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else
-        sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        grouped ? sm90::launch_bwd<256, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
+                : sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
     });
   }
   void convert() const { sm90::dq_from_accum(b, kp); }
@@ -253,9 +267,11 @@ int main(int argc, char** argv) {
       "persistent walk and direct dK / dV stores against the library's kernel, windows and small grids: %s\n",
       failed ? "FAILED" : "the same gradients");
 
-  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
-              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel",
-              "fixed", "over the library's kernel: persistent, direct dK / dV (agree)");
+  std::printf(
+      "%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H", "causal",
+      "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel", "fixed",
+      "over the library's kernel: persistent, direct dK / dV (agree) | without a mask, the fast kernel's "
+      "time over deterministic mode's, the library's order and 8 pairs grouped (agree)");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -283,6 +299,17 @@ int main(int argc, char** argv) {
           path.variant = v;
           const float kern_v = time_ms([&] { path.kernel(); });
           std::printf(" %6.3f (%s)", kern_lib / kern_v, ok ? "yes" : "no: FAILED");
+        }
+        if (!causal) {  // deterministic mode (counters reset before each launch): the library's order,
+                        // grouped
+          const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
+          failed |= !ok;
+          Path det(m, sh, true);
+          const float det_lib = time_ms([&] { det.reset_order(), det.kernel(); });
+          det.variant = Variant::kGrouped;
+          const float det_grouped = time_ms([&] { det.reset_order(), det.kernel(); });
+          std::printf(" | deterministic %6.3f, grouped %6.3f (%s)", kern / det_lib, kern / det_grouped,
+                      ok ? "yes" : "no: FAILED");
         }
         std::printf("\n");
       }

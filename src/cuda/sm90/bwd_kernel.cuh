@@ -54,6 +54,9 @@ enum BwdProbePoint { kEntered, kKvReady, kFirstStepReady, kStepsDone, kDkDvStore
 // straight from the accumulators (the persistent walk's, whose stages hold the next tile's).
 struct BwdTuning {
   static constexpr bool kStageDkDv = true;
+  // Deterministic mode without a mask, one CTA a tile: the key blocks of this many (batch, KV
+  // head) pairs interleaved in the launch order (bwd_order.h, grouped_tile); 1, the library's.
+  static constexpr int kDetPairGroup = 1;
   __device__ static void mark(BwdProbePoint) {}
 };
 
@@ -382,7 +385,11 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   Tuning::mark(kEntered);
   const Smem sm{align_smem_1024(smem_raw)};
-  const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, blockIdx.x);
+  int64_t linear = blockIdx.x;
+  if constexpr (Tuning::kDetPairGroup > 1 && !Mask::kMasks && !kPersistent)
+    if (p.dq_order != nullptr)
+      linear = grouped_tile(linear, p.n_blocks, p.heads_kv * p.batch, Tuning::kDetPairGroup);
+  const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, linear);
   if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
 
   if (threadIdx.x == 0) {

@@ -35,6 +35,19 @@ TILEATTN_HD void bwd_query_blocks(const TileBand& band, int n, int len_q, int bl
   *m_count = q_end > q_begin ? (q_end + block_m - 1) / block_m - *m_begin : 0;
 }
 
+// A tuning variant's launch order for deterministic mode without a mask: the CTA at `position`
+// (0 first launched) takes the library's tile `linear` (pairs of (batch, KV head) major, key block
+// fastest) of the key blocks of `group` pairs interleaved, so a wave holds fewer key blocks of
+// each pair, and their turns at a query block chain over fewer CTAs (tune_sm90_bwd). Within a
+// pair the key blocks still come in ascending position: a CTA still waits only for CTAs
+// launched before it.
+TILEATTN_HD int64_t grouped_tile(int64_t position, int64_t n_blocks, int64_t pairs, int64_t group) {
+  const int64_t g = position / (n_blocks * group), first = g * group;
+  const int64_t in_group = pairs - first < group ? pairs - first : group;
+  const int64_t r = position - g * n_blocks * group;
+  return (first + r % in_group) * n_blocks + r / in_group;
+}
+
 struct DqOrder {
   bool banded;  // the mask limits which query blocks a key block sees (Mask::kMasks)
   // The key block of the CTA at `position` (0 first launched) of its (batch, KV head).
