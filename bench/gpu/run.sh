@@ -29,8 +29,9 @@
 #             the lengths in TUNE_L (default 1024 4096 16384); the lines in OUTDIR/tune.txt,
 #             each variant over the default in the summary (tune_table.py)
 #   tune_bwd  tests/cuda_sm90/tune_sm90_bwd: where the sm90 backward's time goes (preprocessing,
-#             zeroing, kernel, conversion, each timed alone) at D = 64, 128, 256, and its
-#             persistent variant beside it (SM90_TUNE=ON with the CUDA backward), at TUNE_BWD_L
+#             zeroing, kernel, conversion, each timed alone) at D = 64, 128, 256, its variants
+#             beside it (persistent, direct dK / dV, deterministic mode's grouped launch order) and
+#             CTA timelines (SM90_TUNE=ON with the CUDA backward), at TUNE_BWD_L
 #   bench     bench.py: tileattn (through the Python package, installed first if the python
 #             stage has not run), its sm80 kernel and eager path, PyTorch eager, SDPA
 #             FLASH/EFFICIENT/CUDNN, one process, one timer, plain and CUDA-graph columns;
