@@ -288,14 +288,14 @@ _FLASH_ATTN_NAMES = {
 
 def refuse_fa2_extras(dropout_p, alibi_slopes):
     """What flash-attn 2's entries take and tileattn does not: NotImplementedError for each."""
-    if dropout_p is None or (isinstance(dropout_p, (int, float)) and dropout_p != 0.0):
+    if dropout_p is None or (isinstance(dropout_p, numbers.Real) and dropout_p != 0.0):
         raise NotImplementedError(
             f"dropout_p={dropout_p!r}: tileattn has no dropout; pass dropout_p=0.0 (inference). "
             "These entries take flash-attn 2's argument order (q, k, v, dropout_p, softmax_scale, "
             "causal, ...); with flash-attn 3's order, pass softmax_scale= and causal= by keyword"
         )
-    if not isinstance(dropout_p, (int, float)):
-        raise TypeError(f"dropout_p: got a {_arrays.type_name(dropout_p)}, expected 0.0")
+    if not isinstance(dropout_p, numbers.Real):
+        raise argument_error(TypeError, "dropout_p", f"got a {_arrays.type_name(dropout_p)}, expected 0.0")
     if alibi_slopes is not None:
         raise NotImplementedError(
             "alibi_slopes: tileattn has no ALiBi bias; pass alibi_slopes=None"

@@ -58,58 +58,64 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if page_table is not None:
             raise argument_error(TypeError, "block_table", "given with page_table (its flash-attn 3 name): pass one")
         page_table = block_table
-    for name, value, default in (("q_descale", q_descale, None), ("k_descale", k_descale, None),
-                                 ("v_descale", v_descale, None), ("rotary_seqlens", rotary_seqlens, None),
-                                 ("scheduler_metadata", scheduler_metadata, None),
-                                 ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):
-        not_supported(name, value, default)
-    try:
-        options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, kernel,
-                                 num_splits)
-    except (TypeError, ValueError) as error:
-        renamed = _flash_attn_error(error)
-        if renamed is None:
-            raise
-        raise renamed from None
-    kind = _arrays.kind_of(q, "q")
-    arrays = {"k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v, "rotary_cos": rotary_cos,
-              "rotary_sin": rotary_sin}
-    for name, x in arrays.items():
-        if x is not None and _arrays.kind_of(x, name) != kind:
-            raise argument_error(TypeError, name, f"a {_arrays.type_name(x)}, but q is a {_arrays.type_name(q)}")
-    max_q = _check_max(max_seqlen_q, "max_seqlen_q")
-    outputs = _arrays.Outputs(q, kind)
-    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
-        batch = len(cu_seqlens_q) - 1 if cu_seqlens_q is not None else int(q.shape[0])
-        cache_seqlens = _full_int32(outputs, batch, int(cache_seqlens))
-    index = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
-                 page_table=page_table, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new)
-    for name, x in index.items():
-        if x is not None:
-            if _arrays.kind_of(x, name) != kind:
+    try:  # errors about the page table name it as the caller did
+        for name, value, default in (("q_descale", q_descale, None), ("k_descale", k_descale, None),
+                                     ("v_descale", v_descale, None), ("rotary_seqlens", rotary_seqlens, None),
+                                     ("scheduler_metadata", scheduler_metadata, None),
+                                     ("attention_chunk", attention_chunk, 0), ("sm_margin", sm_margin, 0)):
+            not_supported(name, value, default)
+        try:
+            options = _check_options(causal, softmax_scale, _flash_window(causal, window_size), softcap, kernel,
+                                     num_splits)
+        except (TypeError, ValueError) as error:
+            renamed = _flash_attn_error(error)
+            if renamed is None:
+                raise
+            raise renamed from None
+        kind = _arrays.kind_of(q, "q")
+        arrays = {"k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v, "rotary_cos": rotary_cos,
+                  "rotary_sin": rotary_sin}
+        for name, x in arrays.items():
+            if x is not None and _arrays.kind_of(x, name) != kind:
                 raise argument_error(TypeError, name, f"a {_arrays.type_name(x)}, but q is a {_arrays.type_name(q)}")
-            _arrays.check_dtype(x, kind, name, ("int32",))
-    for name in ("q", "k_cache", "v_cache"):
-        _arrays.check_dtype(arrays.get(name, q), kind, name, _arrays.WORKING_DTYPES)
-    packed = cu_seqlens_q is not None
-    if len(q.shape) != (3 if packed else 4):
-        raise argument_error(ValueError, "q", f"rank {len(q.shape)} (shape {tuple(q.shape)}), expected "
-                             + ("[total_q, heads, head_dim] with cu_seqlens_q" if packed
-                                else "[batch, seqlen_q, heads, head_dim]"))
-    out = outputs.empty(tuple(q.shape))
-    lse = None
-    if return_softmax_lse:
-        lse_shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
-        lse = outputs.empty(lse_shape, "float32")
-    with outputs:
-        core = [outputs.core(x) for x in (q, k_cache, v_cache, out, lse, k, v, rotary_cos, rotary_sin)]
-        core += [outputs.core(index[name]) for name in _INDEX]
-        _C.forward_kvcache(*core, max_q, **options, rotary_interleaved=bool(rotary_interleaved),
-                           stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16,
-                           check_indices=bool(check_indices))
-    if return_softmax_lse:
-        return outputs.result(out), outputs.result(lse)
-    return outputs.result(out)
+        max_q = _check_max(max_seqlen_q, "max_seqlen_q")
+        outputs = _arrays.Outputs(q, kind)
+        if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+            batch = len(cu_seqlens_q) - 1 if cu_seqlens_q is not None else int(q.shape[0])
+            cache_seqlens = _full_int32(outputs, batch, int(cache_seqlens))
+        index = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                     page_table=page_table, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new)
+        for name, x in index.items():
+            if x is not None:
+                if _arrays.kind_of(x, name) != kind:
+                    raise argument_error(TypeError, name,
+                                         f"a {_arrays.type_name(x)}, but q is a {_arrays.type_name(q)}")
+                _arrays.check_dtype(x, kind, name, ("int32",))
+        for name in ("q", "k_cache", "v_cache"):
+            _arrays.check_dtype(arrays.get(name, q), kind, name, _arrays.WORKING_DTYPES)
+        packed = cu_seqlens_q is not None
+        if len(q.shape) != (3 if packed else 4):
+            raise argument_error(ValueError, "q", f"rank {len(q.shape)} (shape {tuple(q.shape)}), expected "
+                                 + ("[total_q, heads, head_dim] with cu_seqlens_q" if packed
+                                    else "[batch, seqlen_q, heads, head_dim]"))
+        out = outputs.empty(tuple(q.shape))
+        lse = None
+        if return_softmax_lse:
+            lse_shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
+            lse = outputs.empty(lse_shape, "float32")
+        with outputs:
+            core = [outputs.core(x) for x in (q, k_cache, v_cache, out, lse, k, v, rotary_cos, rotary_sin)]
+            core += [outputs.core(index[name]) for name in _INDEX]
+            _C.forward_kvcache(*core, max_q, **options, rotary_interleaved=bool(rotary_interleaved),
+                               stream=outputs.stream(), u16_is_bf16=outputs.u16_is_bf16,
+                               check_indices=bool(check_indices))
+        if return_softmax_lse:
+            return outputs.result(out), outputs.result(lse)
+        return outputs.result(out)
+    except (TypeError, ValueError) as error:
+        if block_table is None or getattr(error, "argument", None) != "page_table":
+            raise
+        raise argument_error(type(error), "block_table", str(error).removeprefix("page_table: ")) from None
 
 
 __all__ = ["flash_attn_with_kvcache"]

@@ -143,6 +143,7 @@ def test_flash_attn_func_not_implemented(kwargs, match):
 def test_flash_attn_func_takes_flash_attn_3s_keywords_and_returns_the_lse():
     out = tileattn.flash_attn_func(Q, K, V, causal=True, num_splits=2, pack_gqa=True)
     np.testing.assert_allclose(out, tileattn.attention(Q, K, V, causal=True), atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(tileattn.flash_attn_func(Q, K, V, np.float32(0.0)), tileattn.attention(Q, K, V))
     out, lse, probs = tileattn.flash_attn_func(Q, K, V, softmax_scale=0.3, return_attn_probs=True)
     want_out, want_lse = tileattn.attention(Q, K, V, scale=0.3, return_lse=True)
     np.testing.assert_array_equal(out, want_out)

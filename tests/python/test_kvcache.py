@@ -110,6 +110,8 @@ def test_block_table_is_page_table():
     want = tileattn.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, page_table=table)
     got = tileattn.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, block_table=table)
     np.testing.assert_array_equal(got, want)
+    with pytest.raises(TypeError, match="^block_table: dtype int64 is not supported"):  # named as passed
+        tileattn.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, block_table=table.astype(np.int64))
 
 
 def test_bad_arguments():
