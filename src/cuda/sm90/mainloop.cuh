@@ -322,20 +322,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
-    // Block j's end: the P V of block j - 1 waited for and its V stage released, O moved to
-    // block j's base, block j's weights packed.
-    auto finish = [&](int64_t j) {
-      wgmma_wait<0>();
-      fence_operands<kD / 2>(o);
-      release(sm.v_empty(Slot<Cfg>(pipe.ring + j - 1).stage), lane);
-      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
-      // whole warp may (a warp-uniform branch).
-      if (__any_sync(0xffffffffu, softmax.alpha[0] != 1.0f || softmax.alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < kD / 2; ++i) o[i] *= softmax.alpha[(i >> 1) & 1];
-      }
-      to_fragments();
-    };
     for (int64_t j = 1; j < own; ++j) {
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
@@ -349,7 +335,16 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
       softmax(s, k_first + static_cast<int>(j) * kN);
-      finish(j);
+      wgmma_wait<0>();
+      fence_operands<kD / 2>(o);
+      release(sm.v_empty(sv.stage), lane);
+      // Conditional rescaling leaves alpha = 1 for most blocks: skip the multiplies when the
+      // whole warp may (a warp-uniform branch).
+      if (__any_sync(0xffffffffu, softmax.alpha[0] != 1.0f || softmax.alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < kD / 2; ++i) o[i] *= softmax.alpha[(i >> 1) & 1];
+      }
+      to_fragments();
     }
     {
       // The last block this consumer computes; with blocks past it, the K of the first of them
