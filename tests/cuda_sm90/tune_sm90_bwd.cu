@@ -111,14 +111,14 @@ struct Path {
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
   void preprocess_zeroing() const {  // the library's: the dQ sums zeroed in the same pass
     sm80::bwd_preprocess(k, DType::kBFloat16, nullptr, kp.dq_accum, accum_floats);
-    if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
+    reset_order();
   }
   void reset_order() const {  // deterministic mode's counters back to 0 before a launch
     if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
   }
   void zero() const {
     CHECK(cudaMemsetAsync(kp.dq_accum, 0, accum_floats * sizeof(float)));
-    if (kp.dq_order) CHECK(cudaMemsetAsync(kp.dq_order, 0, tiles * sizeof(int)));
+    reset_order();
   }
   void kernel() const {
     if (variant == Variant::kLibrary) return sm90::backward(b, kp);
@@ -310,8 +310,8 @@ int main(int argc, char** argv) {
           const float kern_v = time_ms([&] { path.kernel(); });
           std::printf(" %6.3f (%s)", kern_lib / kern_v, ok ? "yes" : "no: FAILED");
         }
-        if (!causal) {  // deterministic mode (counters reset before each launch): the library's order,
-                        // grouped
+        // Deterministic mode, its counters reset before each launch: the library's order, then grouped.
+        if (!causal) {
           const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
           failed |= !ok;
           Path det(m, sh, true);
