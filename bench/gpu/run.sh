@@ -12,6 +12,9 @@
 #             order, GB/s of K and V
 #   cta_probe tests/cuda_sm90/tune_sm90_probe (SM90_TUNE=ON): each CTA's entry, first K, loads'
 #             end and finish in the split decode, by SM and by KV head
+#   fwd_probe tests/cuda_sm90/tune_sm90_fwd_probe (SM90_TUNE=ON): the dense forward's consumers
+#             tile by tile on short rows, cycles by phase (Q wait, block 0, steady steps, last
+#             P V, skipped tail, epilogue, to the next tile)
 #   stream    tests/cuda_sm90/stream_probe (SM90_TUNE=ON builds it): TMA streaming of a decode's
 #             K and V without the attention, under other boxes, head groupings and rings
 #   profile_decode  ncu: DRAM bytes read, DRAM throughput and L2 hit rate of each decode kernel of
@@ -162,6 +165,10 @@ run_tune_split() {  # split decode under other K / V rings and V loaders (a buil
 run_cta_probe() {  # per-CTA timeline of the split decode (a build with SM90_TUNE=ON)
   step cta-probe 150 "$BUILD/tests/cuda_sm90/tune_sm90_probe"
   awk '/=== cta-probe/,0' "$LOG" | grep -E "^B=|by KV head|correlation" | cut -c1-400 >>"$SUMMARY"
+}
+run_fwd_probe() {  # the dense forward's phases per tile (a build with SM90_TUNE=ON)
+  step fwd-probe 120 "$BUILD/tests/cuda_sm90/tune_sm90_fwd_probe"
+  awk '/=== fwd-probe/,0' "$LOG" | grep -vE "^===" | cut -c1-600 >>"$SUMMARY"
 }
 run_stream() {  # TMA streaming of a decode's K and V alone (a build with SM90_TUNE=ON)
   step stream 240 "$BUILD/tests/cuda_sm90/stream_probe"

@@ -8,5 +8,8 @@ void tune_d128(const Buffers& b, bool causal) {
   time_one<Cfg<chains(persistent(cfg(128, 128, 2, 2)), 8)>>(b, causal);
   // O written from the accumulators instead of staged for a TMA store.
   time_one<Cfg<o_direct(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  // Without ping-pong, and with each consumer skipping the causal tile's blocks past its rows.
+  time_one<Cfg<no_pingpong(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  time_one<Cfg<skip(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -15,8 +15,9 @@ void tune_d64(const Buffers& b, bool causal) {
   time_one<Cfg<persistent(cfg(64, 64, 2, 3))>>(b, causal);
   time_one<Cfg<skip(persistent(cfg(64, 64, 2, 3)))>>(b, causal);
   time_one<Cfg<skip(persistent(cfg(64, 128, 2, 2)))>>(b, causal);
-  // The softmax's max and sum as 4 chains a row, the base moved without a branch (the exp unit
-  // and the softmax's latency bound D = 64 more than the tensor cores).
-  time_one<Cfg<chains(persistent(cfg(64, 128, 2, 3)), 4)>>(b, causal);
+  // The default without ping-pong: short causal tiles end with all three consumers' epilogues
+  // together, and a consumer's turn waits on the one before it even when it has no block to
+  // compute (4 softmax chains, timed here before, ran at 0.97-1.04x: docs/kernels/sm90.md).
+  time_one<Cfg<no_pingpong(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -25,6 +25,13 @@
 #include "cuda/sm90/warpgroup.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
+// A consumer's points on each tile, for tests/cuda_sm90/tune_sm90_fwd_probe.cu (nothing in the
+// library's builds): 0 entry, 1 Q landed, 2 block 0's softmax done, 3 the steady steps done, 4
+// the last P V done, 5 the skipped tail walked, 6 the epilogue issued; `own`: blocks computed.
+#ifndef TILEATTN_SM90_TILE_PROBE
+#define TILEATTN_SM90_TILE_PROBE(consumer, tile, point, own)
+#endif
+
 namespace tileattn::detail::sm90 {
 
 // The producer warp on one tile: Q, then K and V block by block, lane 0 issuing. K runs one
@@ -301,7 +308,9 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   };
   const int k_first = w.n_begin * kN;
 
+  TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 0, 0);
   mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
+  TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 1, 0);
   const int64_t blocks = w.blocks();
   // Blocks [own, blocks) no row of this consumer sees: waited for, turned and released only.
   int64_t own = blocks;
@@ -322,6 +331,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
+    TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 2, own);
     for (int64_t j = 1; j < own; ++j) {
       const Slot<Cfg> sk(pipe.ring + j), sv(pipe.ring + j - 1);
       mbarrier_wait<false>(sm.k_full(sk.stage), sk.phase);
@@ -346,6 +356,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       }
       to_fragments();
     }
+    TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 3, own);
     {
       // The last block this consumer computes; with blocks past it, the K of the first of them
       // is waited for and released in the same turn (idle_tile's step `own`).
@@ -365,13 +376,16 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       release(sm.v_empty(sv.stage), lane);
       if (own < blocks) release(sm.k_empty(sk.stage), lane);
     }
+    TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 4, own);
     if constexpr (kCfg.skip_masked_tail) idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps, own + 1);
+    TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 5, own);
   }
   // Every GEMM reading this Q is done: with O apart or stored directly, the next tile's Q may
   // load now.
   if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
   Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
+  TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 6, own);
 }
 
 }  // namespace tileattn::detail::sm90

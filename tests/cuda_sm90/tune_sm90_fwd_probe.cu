@@ -1,0 +1,126 @@
+// tune_sm90_fwd_probe: where the dense sm90 forward's time goes on short rows, tile by tile.
+// The library's configs are built here with TILEATTN_SM90_TILE_PROBE marking seven points of
+// each consumer's tiles with the SM's cycle counter (mainloop.cuh, consume_tile): entry, Q
+// landed, block 0's softmax done, the steady steps done, the last P V done, the skipped tail
+// walked, the epilogue issued. Printed: the cycles of each phase summed over every consumer
+// and tile, as shares of the consumers' whole time, and per tile by the blocks a consumer
+// computed. D = 64 causal at L = 512 and 1k is where cuDNN leads the most.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+constexpr int kMaxCtas = 160, kConsumers = 3, kTiles = 64, kPoints = 8;  // point 7: own blocks
+__device__ long long g_tl[kMaxCtas][kConsumers][kTiles][kPoints];
+
+__device__ void tile_mark(int consumer, int64_t tile, int point, int64_t own) {
+  if (threadIdx.x % 128 != 0 || blockIdx.x >= kMaxCtas || tile >= kTiles) return;
+  g_tl[blockIdx.x][consumer][tile][point] = clock64();
+  if (point == 6) g_tl[blockIdx.x][consumer][tile][7] = own;
+}
+}  // namespace
+
+#define TILEATTN_SM90_TILE_PROBE(consumer, tile, point, own) tile_mark(consumer, tile, point, own)
+
+#include "fill.h"
+#include "tune_sm90.cuh"
+
+namespace {
+using namespace tileattn;
+constexpr int kPhases = 7;  // 0-1 Q wait, 1-2 first block, 2-3 steady, 3-4 last PV, 4-5 tail, 5-6 epilogue, gap
+const char* const kPhaseNames[kPhases] = {"Q wait", "block 0", "steady", "last PV", "skipped tail",
+                                          "epilogue", "to next tile"};
+
+template <class C, class Mask>
+void probe(const sm90_tune::Buffers& buf, bool causal) {
+  constexpr int64_t D = C::kCfg.head_dim;
+  const detail::AttnParams p = sm90_tune::params_of(buf, D, causal);
+  const detail::sm90::LaunchShape shape = detail::sm90::launch_shape<C>(p);
+  std::vector<long long> host(size_t{kMaxCtas} * kConsumers * kTiles * kPoints);
+  float ms = 0;
+  for (int rep = 0; rep < 3; ++rep) {  // the last of three launches, back to back
+    std::fill(host.begin(), host.end(), 0);
+    cudaMemcpyToSymbol(g_tl, host.data(), host.size() * sizeof(long long));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    cudaEventRecord(a);
+    detail::sm90::launch<C, __nv_bfloat16, Mask, false>(p, shape.pack, shape.splits);
+    cudaEventRecord(b);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      std::printf("launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+      return;
+    }
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+  }
+  cudaMemcpyFromSymbol(host.data(), g_tl, host.size() * sizeof(long long));
+  auto at = [&](int cta, int c, int t, int pt) {
+    return host[((static_cast<size_t>(cta) * kConsumers + c) * kTiles + t) * kPoints + pt];
+  };
+  double sum[kPhases] = {}, by_own[8][kPhases] = {}, n_own[8] = {};
+  double whole = 0;
+  long long tiles = 0;
+  for (int cta = 0; cta < kMaxCtas; ++cta)
+    for (int c = 0; c < C::kCfg.consumers; ++c) {
+      long long first = 0, last = 0;
+      for (int t = 0; t < kTiles && at(cta, c, t, 6) != 0; ++t) {
+        ++tiles;
+        if (t == 0) first = at(cta, c, t, 0);
+        last = at(cta, c, t, 6);
+        long long prev = at(cta, c, t, 1);
+        double ph[kPhases] = {static_cast<double>(prev - at(cta, c, t, 0))};
+        for (int pt = 2; pt <= 6; ++pt) {  // a point not reached (idle consumer): its phase is 0
+          const long long v = at(cta, c, t, pt);
+          if (v == 0) continue;
+          ph[pt - 1] = static_cast<double>(v - prev), prev = v;
+        }
+        if (t + 1 < kTiles && at(cta, c, t + 1, 0) != 0) ph[6] = static_cast<double>(at(cta, c, t + 1, 0) - last);
+        const int own = static_cast<int>(std::min<long long>(at(cta, c, t, 7), 7));
+        for (int i = 0; i < kPhases; ++i) sum[i] += ph[i], by_own[own][i] += ph[i];
+        n_own[own] += 1;
+      }
+      whole += static_cast<double>(last - first);
+    }
+  std::printf("D=%3lld causal=%d B=%lld L=%lld H=%lld: %.3f ms, %lld consumer tiles; cycles by phase (share of "
+              "the consumers' time from first entry to last epilogue):",
+              static_cast<long long>(D), causal, static_cast<long long>(buf.B), static_cast<long long>(buf.Lq),
+              static_cast<long long>(buf.Hq), ms, tiles);
+  for (int i = 0; i < kPhases; ++i) std::printf(" %s %.1f%%", kPhaseNames[i], 100.0 * sum[i] / whole);
+  std::printf("\n  per consumer tile, mean cycles, by blocks computed:");
+  for (int own = 0; own < 8; ++own) {
+    if (n_own[own] == 0) continue;
+    std::printf("\n    own=%d (%5.0f tiles):", own, n_own[own]);
+    for (int i = 0; i < kPhases; ++i) std::printf(" %s %6.0f", kPhaseNames[i], by_own[own][i] / n_own[own]);
+  }
+  std::printf("\n");
+}
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const int64_t n = int64_t{16384} * 2048;  // B x L x H x D of every shape below
+  sm90_tune::Buffers buf{};
+  if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
+      cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
+    std::printf("cudaMalloc failed\n");
+    return 1;
+  }
+  cuda_test::fill_hash_bf16(buf.q, n, 1);
+  cuda_test::fill_hash_bf16(buf.k, n, 2);
+  cuda_test::fill_hash_bf16(buf.v, n, 3);
+  using D64 = detail::sm90::DefaultConfig<64>;
+  using D128 = detail::sm90::DefaultConfig<128>;
+  for (const int64_t L : {512, 1024, 4096}) {
+    buf.B = 16384 / L, buf.Lq = buf.Lk = L;
+    buf.Hq = buf.Hkv = 32;
+    probe<D64, detail::CausalMask>(buf, true);
+    probe<D64, detail::NoMask>(buf, false);
+    buf.Hq = buf.Hkv = 16;
+    probe<D128, detail::CausalMask>(buf, true);
+  }
+  return 0;
+}
