@@ -11,5 +11,9 @@ void tune_d128(const Buffers& b, bool causal) {
   // Without ping-pong, and with each consumer skipping the causal tile's blocks past its rows.
   time_one<Cfg<no_pingpong(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
   time_one<Cfg<skip(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  // The O store's wait deferred; Q in two buffers (226 KiB of shared memory); both.
+  time_one<Cfg<defer_store(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  time_one<Cfg<two_q(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  time_one<Cfg<two_q(defer_store(persistent(cfg(128, 128, 2, 2))))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

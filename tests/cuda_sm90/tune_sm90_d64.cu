@@ -19,5 +19,10 @@ void tune_d64(const Buffers& b, bool causal) {
   // together, and a consumer's turn waits on the one before it even when it has no block to
   // compute (4 softmax chains, timed here before, ran at 0.97-1.04x: docs/kernels/sm90.md).
   time_one<Cfg<no_pingpong(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
+  // The storing thread's wait for its O store deferred to its next epilogue; the next tile's Q
+  // in a second buffer; both.
+  time_one<Cfg<defer_store(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
+  time_one<Cfg<two_q(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
+  time_one<Cfg<two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3)))))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

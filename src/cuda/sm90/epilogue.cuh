@@ -47,6 +47,9 @@ struct Epilogue {
       return;
     }
     const int epilogue_barrier = 1 + kCfg.consumers + consumer;
+    // The last tile's store has read the staging rows (waited for here when deferred).
+    if constexpr (kCfg.defer_store_wait)
+      if (tid == 0) tma_store_wait_read();
     if constexpr (kCfg.persistent) named_sync(epilogue_barrier, kWarpgroupThreads);
     // O / l into this consumer's 64 rows of O's staging (Q's own rows, whose last S GEMM is done,
     // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
@@ -88,7 +91,8 @@ struct Epilogue {
         tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, w.h >> shift,
                      static_cast<int32_t>(rows_first >> shift), w.b);
       tma_store_commit();
-      tma_store_wait_read();  // the rows may be reused (or the CTA exit) once the store read them
+      // The rows may be reused (or the CTA exit) once the store read them.
+      if constexpr (!kCfg.defer_store_wait) tma_store_wait_read();
       // Persistent CTAs, O in Q's rows: the next tile's Q may load into them now.
       if constexpr (kCfg.persistent && kCfg.o_in_q()) mbarrier_arrive(sm.q_empty());
     }

@@ -45,7 +45,7 @@ constexpr bool fits_launch(const TileConfig& c, int producer, int consumer) {
 template <class Cfg>
 __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm, bool v_warps) {
   constexpr TileConfig kCfg = Cfg::kCfg;
-  mbarrier_init(sm.q_full(), 1);
+  for (int b = 0; b < kCfg.q_buffers; ++b) mbarrier_init(sm.q_full(b), 1);
   for (int s = 0; s < kCfg.stages; ++s) {
     mbarrier_init(sm.k_full(s), 1);
     mbarrier_init(sm.v_full(s), v_warps ? VWarps::kThreads : 1);
@@ -55,7 +55,8 @@ __device__ __forceinline__ void init_barriers(const Smem<Cfg>& sm, bool v_warps)
   mbarrier_init(sm.v_tail(), 1);
   if constexpr (kCfg.persistent) {
     // Released by every consumer warp, or with O in Q's rows, by each consumer's storing thread.
-    mbarrier_init(sm.q_empty(), kCfg.o_in_q() ? kCfg.consumers : 4 * kCfg.consumers);
+    for (int b = 0; b < kCfg.q_buffers; ++b)
+      mbarrier_init(sm.q_empty(b), kCfg.o_in_q() ? kCfg.consumers : 4 * kCfg.consumers);
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(sm.tile_full(s), 1);
       mbarrier_init(sm.tile_empty(s), 4 * kCfg.consumers + (v_warps ? VWarps::kThreads / 32 : 0));
@@ -78,6 +79,8 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   static_assert(fits_launch(kCfg, kGatherProducerRegs, gather_consumer_regs(kCfg)) &&
                     fits_launch(kCfg, kCfg.producer_regs(), kCfg.consumer_regs()),
                 "setmaxnreg's split needs more registers than the launch has");
+  static_assert((kCfg.q_buffers == 1 && !kCfg.defer_store_wait) || (kCfg.persistent && kCfg.o_apart()),
+                "a second Q buffer and the deferred store wait need persistent CTAs with O apart");
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
@@ -133,6 +136,9 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
         const Work w = work_of<Cfg, Mask, kServing>(p, blockIdx.x);
         Epilogue<Cfg, T, kServing>{sm, p, &tm_o, consumer}.merge_if_last(w, threadIdx.x % kWarpgroupThreads);
       }
+    // The deferred wait of the CTA's last O store (TileConfig::defer_store_wait).
+    if constexpr (kCfg.defer_store_wait)
+      if (threadIdx.x % kWarpgroupThreads == 0) tma_store_wait_read();
     TILEATTN_SM90_PROBE(sm, 2);
     turn.finish();
   }

@@ -101,17 +101,27 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
   };
   // The pages of blocks j - 1 (V's), j (K's) and j + 1 at step j of the loop below.
   int32_t page_v = 0, page_k = page_of(0), page_next = page_of(1);
+  // Q into its buffer once free: with one buffer (freed by the last tile's final P V) after K0,
+  // with two (freed a tile earlier) first.
+  const int qb = pipe.q_buffer<Cfg>();
+  auto issue_q = [&] {
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(sm.q_full(qb), Cfg::kCfg.q_bytes());
+      const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
+      for (int c = 0; c < kChunks; ++c)
+        tma_load_5d(sm.q(qb) + c * Cfg::kCfg.block_m() * 128, tm_q, sm.q_full(qb), 64 * c, 0,
+                    w.h >> p.pack_shift, w.q_start + (w.m0 >> p.pack_shift), q_batch);
+    }
+  };
+  if constexpr (kCfg.q_buffers > 1) {
+    if (lane == 0) mbarrier_wait(sm.q_empty(qb), pipe.q_phase<Cfg>() ^ 1);
+    issue_q();
+  }
   if constexpr (kCfg.persistent) {
     if (blocks > 0) load_k(0, page_k);
-    if (lane == 0) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
+    if (kCfg.q_buffers == 1 && lane == 0) mbarrier_wait(sm.q_empty(), (pipe.tiles & 1) ^ 1);
   }
-  if (lane == 0) {
-    mbarrier_arrive_expect_tx(sm.q_full(), kCfg.q_bytes());
-    const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
-    for (int c = 0; c < kChunks; ++c)
-      tma_load_5d(sm.q() + c * kCfg.block_m() * 128, tm_q, sm.q_full(), 64 * c, 0, w.h >> p.pack_shift,
-                  w.q_start + (w.m0 >> p.pack_shift), q_batch);
-  }
+  if constexpr (kCfg.q_buffers == 1) issue_q();
   for (int64_t j = 0; j <= blocks; ++j) {
     if (j < blocks && !(kCfg.persistent && j == 0)) load_k(j, page_k);
     if (j > 0 && !v_warps) load_v(j - 1, page_v);
@@ -194,6 +204,7 @@ struct Gemms {
   static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const Smem<Cfg>& sm;
   int consumer;
+  int q_buffer;  // TileConfig::q_buffers
 
   // S = Q K^T, m64 nN, D / 16 k-steps; Q rows of this consumer start 64 rows into each chunk.
   __device__ __forceinline__ void scores(float* s, int stage) const {
@@ -202,7 +213,7 @@ struct Gemms {
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int c = kk / 4, within = 32 * (kk % 4);
       const uint64_t dq =
-          make_smem_desc(sm.q() + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
+          make_smem_desc(sm.q(q_buffer) + (c * kCfg.block_m() + consumer * 64) * 128 + within, 16, 1024);
       const uint64_t dk = make_smem_desc(sm.k(stage) + c * kN * 128 + within, 16, 1024);
       WgmmaOp<kN, kBf16>::template ss<0>(s, dq, dk, kk > 0 ? 1u : 0u);
     }
@@ -291,7 +302,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       (rows_first + 63) >> shift,
       {row0 >> shift, (row0 + 8) >> shift},
       lane % 4};
-  const Gemms<Cfg, T> gemm{sm, consumer};
+  const Gemms<Cfg, T> gemm{sm, consumer, pipe.q_buffer<Cfg>()};
   const Turns<Cfg> turn{consumer};
 
   float o[kD / 2];
@@ -309,7 +320,8 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   const int k_first = w.n_begin * kN;
 
   TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 0, 0);
-  mbarrier_wait<false>(sm.q_full(), pipe.tiles & 1);
+  const int qb = pipe.q_buffer<Cfg>();
+  mbarrier_wait<false>(sm.q_full(qb), pipe.q_phase<Cfg>());
   TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 1, 0);
   const int64_t blocks = w.blocks();
   // Blocks [own, blocks) no row of this consumer sees: waited for, turned and released only.
@@ -382,7 +394,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   }
   // Every GEMM reading this Q is done: with O apart or stored directly, the next tile's Q may
   // load now.
-  if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(), lane);
+  if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(qb), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
   Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
   TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 6, own);

@@ -31,6 +31,13 @@ struct TileConfig {
   // O has no room of its own, can then load the next tile's Q during the epilogue. A tuning
   // variant until an H200 has timed it.
   bool o_direct = false;
+  // Persistent CTAs with O apart: the storing thread waits for its TMA store to have read O's
+  // staging at the start of its next epilogue (and once after the CTA's last), not right after
+  // issuing it, so its warp joins the next tile's GEMMs at once. A tuning variant.
+  bool defer_store_wait = false;
+  // Persistent CTAs with O apart: Q in two buffers, so the next tile's Q loads while this tile's
+  // GEMMs still read the other, instead of after every consumer's last P V. A tuning variant.
+  int q_buffers = 1;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -52,7 +59,7 @@ struct TileConfig {
   // O is staged for its TMA store in Q's rows, or, for persistent CTAs where it fits, in its own
   // shared memory, so the next tile's Q can load during the epilogue.
   constexpr int bytes_but_o() const {
-    return 1024 /* alignment */ + q_bytes() + 2 * stages * kv_bytes() + barrier_bytes();
+    return 1024 /* alignment */ + q_buffers * q_bytes() + 2 * stages * kv_bytes() + barrier_bytes();
   }
   constexpr bool o_apart() const {
     return persistent && !o_direct && bytes_but_o() + q_bytes() <= 227 * 1024;
