@@ -31,9 +31,10 @@ __device__ void tile_mark(int consumer, int64_t tile, int point, int64_t own) {
 
 namespace {
 using namespace tileattn;
-constexpr int kPhases = 7;  // 0-1 Q wait, 1-2 first block, 2-3 steady, 3-4 last PV, 4-5 tail, 5-6 epilogue, gap
-const char* const kPhaseNames[kPhases] = {"Q wait", "block 0", "steady", "last PV", "skipped tail",
-                                          "epilogue", "to next tile"};
+constexpr int kPhases =
+    7;  // 0-1 Q wait, 1-2 first block, 2-3 steady, 3-4 last PV, 4-5 tail, 5-6 epilogue, gap
+const char* const kPhaseNames[kPhases] = {"Q wait",       "block 0",  "steady",      "last PV",
+                                          "skipped tail", "epilogue", "to next tile"};
 
 template <class C, class Mask>
 void probe(const sm90_tune::Buffers& buf, bool causal) {
@@ -78,17 +79,19 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
           if (v == 0) continue;
           ph[pt - 1] = static_cast<double>(v - prev), prev = v;
         }
-        if (t + 1 < kTiles && at(cta, c, t + 1, 0) != 0) ph[6] = static_cast<double>(at(cta, c, t + 1, 0) - last);
+        if (t + 1 < kTiles && at(cta, c, t + 1, 0) != 0)
+          ph[6] = static_cast<double>(at(cta, c, t + 1, 0) - last);
         const int own = static_cast<int>(std::min<long long>(at(cta, c, t, 7), 7));
         for (int i = 0; i < kPhases; ++i) sum[i] += ph[i], by_own[own][i] += ph[i];
         n_own[own] += 1;
       }
       whole += static_cast<double>(last - first);
     }
-  std::printf("D=%3lld causal=%d B=%lld L=%lld H=%lld: %.3f ms, %lld consumer tiles; cycles by phase (share of "
-              "the consumers' time from first entry to last epilogue):",
-              static_cast<long long>(D), causal, static_cast<long long>(buf.B), static_cast<long long>(buf.Lq),
-              static_cast<long long>(buf.Hq), ms, tiles);
+  std::printf(
+      "D=%3lld causal=%d B=%lld L=%lld H=%lld: %.3f ms, %lld consumer tiles; cycles by phase (share of "
+      "the consumers' time from first entry to last epilogue):",
+      static_cast<long long>(D), causal, static_cast<long long>(buf.B), static_cast<long long>(buf.Lq),
+      static_cast<long long>(buf.Hq), ms, tiles);
   for (int i = 0; i < kPhases; ++i) std::printf(" %s %.1f%%", kPhaseNames[i], 100.0 * sum[i] / whole);
   std::printf("\n  per consumer tile, mean cycles, by blocks computed:");
   for (int own = 0; own < 8; ++own) {
