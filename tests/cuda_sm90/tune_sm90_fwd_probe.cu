@@ -117,10 +117,13 @@ int main() {
   cuda_test::fill_hash_bf16(buf.v, n, 3);
   using D64 = detail::sm90::DefaultConfig<64>;
   using D128 = detail::sm90::DefaultConfig<128>;
+  // The tuning variant that stores each tile's O under the next tile's first S GEMM.
+  using D64Overlap = sm90_tune::Cfg<sm90_tune::overlap(detail::sm90::tile_config(64))>;
   for (const int64_t L : {512, 1024, 4096}) {
     buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     buf.Hq = buf.Hkv = 32;
     probe<D64, detail::CausalMask>(buf, true);
+    if (L == 512) probe<D64Overlap, detail::CausalMask>(buf, true);
     probe<D64, detail::NoMask>(buf, false);
     buf.Hq = buf.Hkv = 16;
     probe<D128, detail::CausalMask>(buf, true);

@@ -38,6 +38,10 @@ struct TileConfig {
   // Persistent CTAs with O apart: Q in two buffers, so the next tile's Q loads while this tile's
   // GEMMs still read the other, instead of after every consumer's last P V. A tuning variant.
   int q_buffers = 1;
+  // Persistent CTAs with O apart: a consumer keeps a tile's O in its registers and stores it
+  // (the epilogue) once it has issued the next tile's first S GEMM, so the store runs under
+  // that GEMM and the other consumers' turns instead of between two tiles. A tuning variant.
+  bool overlap_epilogue = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
