@@ -104,14 +104,21 @@ struct TileConfig {
 // - D = 64 skips a consumer's masked tail blocks (skip_masked_tail): causal 1.03-1.05x at L =
 //   512-16k on an H100 (bench/results/tune_sm90_h100_2026-12-05_0bcd6ee.txt), outputs equal to
 //   the kernel without it (max |diff| 0); non-causal kernels are the same code.
+// - D = 64 and 128 load the next tile's Q into a second buffer and wait for an O store's read
+//   at the next epilogue (q_buffers, defer_store_wait): in two runs on an H100 1.02-1.05x at L =
+//   512, 1.00-1.02x at 1k, 0.995-1.02x from 2k on (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt).
+//   Storing O under the next tile's first S GEMM instead (overlap_epilogue) ran at 0.87-1.02x:
+//   the store's ~2000 cycles a tile then delay that tile's first softmax and the turns behind it.
 constexpr TileConfig tile_config(int head_dim) {
+  TileConfig c{256, 80, 2, 2, true, false};
   if (head_dim <= 64) {
-    TileConfig c{64, 128, 2, 3, true, true};
+    c = TileConfig{64, 128, 2, 3, true, true};
     c.skip_masked_tail = true;
-    return c;
+  } else if (head_dim <= 128) {
+    c = TileConfig{128, 128, 2, 2, true, true};
   }
-  if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true, true};
-  return TileConfig{256, 80, 2, 2, true, false};
+  if (c.persistent) c.q_buffers = 2, c.defer_store_wait = true;
+  return c;
 }
 
 // GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
