@@ -160,9 +160,12 @@ constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n)
 // 3582 / 3649 / 3976 / 4133 / 4166, the V warps with 2 stages 3756 / 3797 / 4135 / 4227 / 4204,
 // with 3 stages 3720 / 3745 / 4071 / 3749 / 3804; at 1 x 32k (16 blocks a split) TMA's V 2599,
 // the V warps 2504.
+// It keeps one Q buffer and the O store's immediate wait (tile_config): a decode CTA walks long
+// key ranges of few tiles, where neither gains, and these kernels stay as they were timed.
 constexpr TileConfig serving_tile_config(int head_dim) {
   TileConfig c = tile_config(head_dim);
   if (head_dim > 64 && head_dim <= 128) c.v_by_warps = true;
+  c.q_buffers = 1, c.defer_store_wait = false;
   return c;
 }
 
