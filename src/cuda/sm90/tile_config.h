@@ -104,21 +104,20 @@ struct TileConfig {
 // - D = 64 skips a consumer's masked tail blocks (skip_masked_tail): causal 1.03-1.05x at L =
 //   512-16k on an H100 (bench/results/tune_sm90_h100_2026-12-05_0bcd6ee.txt), outputs equal to
 //   the kernel without it (max |diff| 0); non-causal kernels are the same code.
-// - D = 64 and 128 load the next tile's Q into a second buffer and wait for an O store's read
-//   at the next epilogue (q_buffers, defer_store_wait): in two runs on an H100 1.02-1.05x at L =
-//   512, 1.00-1.02x at 1k, 0.995-1.02x from 2k on (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt).
+// - A second Q buffer with the O store's read waited for at the next epilogue (q_buffers = 2,
+//   defer_store_wait) ran at 1.02-1.05x at L = 512, 1.00-1.02x at 1k and 0.995-1.02x from 2k on
+//   at D = 64 and 128, two runs on an H100 (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt,
+//   outputs the same bits as the default's). Not the default until the GPU tests have run on it.
 //   Storing O under the next tile's first S GEMM instead (overlap_epilogue) ran at 0.87-1.02x:
 //   the store's ~2000 cycles a tile then delay that tile's first softmax and the turns behind it.
 constexpr TileConfig tile_config(int head_dim) {
-  TileConfig c{256, 80, 2, 2, true, false};
   if (head_dim <= 64) {
-    c = TileConfig{64, 128, 2, 3, true, true};
+    TileConfig c{64, 128, 2, 3, true, true};
     c.skip_masked_tail = true;
-  } else if (head_dim <= 128) {
-    c = TileConfig{128, 128, 2, 2, true, true};
+    return c;
   }
-  if (c.persistent) c.q_buffers = 2, c.defer_store_wait = true;
-  return c;
+  if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true, true};
+  return TileConfig{256, 80, 2, 2, true, false};
 }
 
 // GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
@@ -160,12 +159,9 @@ constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n)
 // 3582 / 3649 / 3976 / 4133 / 4166, the V warps with 2 stages 3756 / 3797 / 4135 / 4227 / 4204,
 // with 3 stages 3720 / 3745 / 4071 / 3749 / 3804; at 1 x 32k (16 blocks a split) TMA's V 2599,
 // the V warps 2504.
-// It keeps one Q buffer and the O store's immediate wait (tile_config): a decode CTA walks long
-// key ranges of few tiles, where neither gains, and these kernels stay as they were timed.
 constexpr TileConfig serving_tile_config(int head_dim) {
   TileConfig c = tile_config(head_dim);
   if (head_dim > 64 && head_dim <= 128) c.v_by_warps = true;
-  c.q_buffers = 1, c.defer_store_wait = false;
   return c;
 }
 
