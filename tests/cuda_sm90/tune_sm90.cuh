@@ -57,6 +57,7 @@ constexpr TileConfig o_direct(TileConfig c) { return c.o_direct = true, c; }
 constexpr TileConfig defer_store(TileConfig c) { return c.defer_store_wait = true, c; }
 constexpr TileConfig two_q(TileConfig c) { return c.q_buffers = 2, c; }
 constexpr TileConfig overlap(TileConfig c) { return c.overlap_epilogue = true, c; }
+constexpr TileConfig handoff(TileConfig c) { return c.fast_handoff = true, c; }
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
 inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {
@@ -170,7 +171,7 @@ void time_one(const Buffers& buf, bool causal) {
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
       "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d skip=%d "
-      "chains=%d o_direct=%d defer=%d q_bufs=%d overlap=%d page=%d "
+      "chains=%d o_direct=%d defer=%d q_bufs=%d overlap=%d handoff=%d page=%d "
       "smem=%6d causal=%d splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f "
       "GB/s "
       "of K,V  max|diff vs default| %.3g\n",

@@ -9,7 +9,7 @@
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
 // stages them in shared memory) at 64 and 128; and without a mask deterministic mode in the library's
-// launch order and with 8 (batch, KV head) pairs' key blocks interleaved (BwdTuning::kDetPairGroup),
+// launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved (BwdTuning::kDetPairGroup),
 // each over the fast kernel. Their gradients are
 // checked first against the library kernel's, poisoned before each run (agrees), on these shapes
 // and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
@@ -72,11 +72,13 @@ struct Shape {
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
 enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
-// Deterministic mode without a mask with the key blocks of 8 (batch, KV head) pairs interleaved in
-// the launch order (BwdTuning::kDetPairGroup): the same bits as the library's order.
+// Deterministic mode without a mask with the key blocks of g_pair_group (batch, KV head) pairs
+// interleaved in the launch order (BwdTuning::kDetPairGroup 0: BwdParams::det_group): the same
+// bits as the library's order.
 struct Grouped : sm90::BwdTuning {
-  static constexpr int kDetPairGroup = 8;
+  static constexpr int kDetPairGroup = 0;
 };
+int g_pair_group = 8;
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
@@ -107,6 +109,7 @@ struct Path {
     tiles = p.heads_q * kp.dq_tiles.head_blocks;
     accum_floats = tiles * kp.dq_tiles.block_m * sh.D;
     kp.dq_order = deterministic ? m.order : nullptr;
+    kp.det_group = g_pair_group;
   }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
   void preprocess_zeroing() const {  // the library's: the dQ sums zeroed in the same pass
@@ -263,14 +266,19 @@ int main(int argc, char** argv) {
                       static_cast<long long>(ctas));
       }
     }
-  // Deterministic mode's grouped launch order (8 pairs a group) where 9 pairs leave the last group short.
-  for (int64_t D : {64, 128, 256}) {
-    const Shape sh{3, 384, 384, 3, D, -1, -1};
-    forward_of(m, sh);
-    const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
-    failed |= !ok;
-    if (!ok) std::printf("FAILED: grouped launch order at D %lld, 9 pairs\n", static_cast<long long>(D));
-  }
+  // Deterministic mode's grouped launch order (2, 4 and 8 pairs a group) where 9 pairs leave the
+  // last group short.
+  for (int64_t D : {64, 128, 256})
+    for (int group : {2, 4, 8}) {
+      const Shape sh{3, 384, 384, 3, D, -1, -1};
+      forward_of(m, sh);
+      g_pair_group = group;
+      const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
+      failed |= !ok;
+      if (!ok)
+        std::printf("FAILED: grouped launch order at D %lld, 9 pairs, %d a group\n",
+                    static_cast<long long>(D), group);
+    }
   std::printf(
       "persistent walk, direct dK / dV stores and the grouped deterministic order against the library's "
       "kernel, "
@@ -281,7 +289,8 @@ int main(int argc, char** argv) {
       "%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H", "causal",
       "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel", "fixed",
       "over the library's kernel: persistent, direct dK / dV (agree) | without a mask, the fast kernel's "
-      "time over deterministic mode's, the library's order and 8 pairs grouped (agree)");
+      "time over deterministic mode's, the library's order and 2 / 4 / 8 pairs grouped (agree), a pair's "
+      "Q and dO in MiB");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -312,14 +321,19 @@ int main(int argc, char** argv) {
         }
         // Deterministic mode, its counters reset before each launch: the library's order, then grouped.
         if (!causal) {
-          const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
-          failed |= !ok;
           Path det(m, sh, true);
           const float det_lib = time_ms([&] { det.reset_order(), det.kernel(); });
-          det.variant = Variant::kGrouped;
-          const float det_grouped = time_ms([&] { det.reset_order(), det.kernel(); });
-          std::printf(" | deterministic %6.3f, grouped %6.3f (%s)", kern / det_lib, kern / det_grouped,
-                      ok ? "yes" : "no: FAILED");
+          std::printf(" | deterministic %6.3f, grouped", kern / det_lib);
+          for (int group : {2, 4, 8}) {
+            g_pair_group = group;
+            const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
+            failed |= !ok;
+            Path grouped(m, sh, true);
+            grouped.variant = Variant::kGrouped;
+            const float det_grouped = time_ms([&] { grouped.reset_order(), grouped.kernel(); });
+            std::printf(" %6.3f (%s)", kern / det_grouped, ok ? "yes" : "no: FAILED");
+          }
+          std::printf(", %.1f", 2.0 * L * sh.D * 2 / (1 << 20));
         }
         std::printf("\n");
       }

@@ -68,6 +68,9 @@ void launch(const AttnParams& p, int pack, int splits) {
                                                                                    p.device_index);
   cuda::KernelParams params = cuda::make_kernel_params(p, kCfg.block_m(), pack, splits);
   params.page_box = static_cast<int>(kv_box);
+  if (kCfg.fast_handoff && params.tiles > 0x7fffffff)  // work_of's 32-bit decoding
+    throw RuntimeError("sm90 tuning config fast_handoff: " + std::to_string(params.tiles) +
+                       " tiles, 2^31 or more");
   cuda::run_split(p, params, [&](cuda::KernelParams kp) {
     int64_t ctas = kp.tiles;
     if constexpr (Cfg::kCfg.persistent)

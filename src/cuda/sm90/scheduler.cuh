@@ -46,11 +46,21 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
   }
   w.group = static_cast<int32_t>(tile);
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
-  const int64_t m_block = p.m_blocks - 1 - tile % p.m_blocks;
-  const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;
-  w.b = static_cast<int32_t>(bh / heads);
-  w.h = static_cast<int32_t>((bh % heads) << p.pack_shift);
-  w.hk = static_cast<int32_t>(w.h / p.group);
+  int64_t m_block;
+  if constexpr (kCfg.fast_handoff) {  // 32-bit divisions (TileConfig::fast_handoff)
+    const uint32_t t = static_cast<uint32_t>(tile), mb = static_cast<uint32_t>(p.m_blocks);
+    const uint32_t bh = t / mb, heads = static_cast<uint32_t>(p.heads_q >> p.pack_shift);
+    m_block = mb - 1 - (t - bh * mb);
+    w.b = static_cast<int32_t>(bh / heads);
+    w.h = static_cast<int32_t>((bh - static_cast<uint32_t>(w.b) * heads) << p.pack_shift);
+    w.hk = static_cast<int32_t>(static_cast<uint32_t>(w.h) / static_cast<uint32_t>(p.group));
+  } else {
+    m_block = p.m_blocks - 1 - tile % p.m_blocks;
+    const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;
+    w.b = static_cast<int32_t>(bh / heads);
+    w.h = static_cast<int32_t>((bh % heads) << p.pack_shift);
+    w.hk = static_cast<int32_t>(w.h / p.group);
+  }
   const SeqInfo seq = kServing ? seq_info(p.seqs, w.b) : SeqInfo{0, 0, p.seqlen_q, p.seqlen_k};
   w.q_start = static_cast<int32_t>(seq.q_start), w.k_start = static_cast<int32_t>(seq.k_start);
   w.len_q = static_cast<int32_t>(seq.len_q), w.len_k = static_cast<int32_t>(seq.len_k);
@@ -113,9 +123,12 @@ struct PersistentScheduler {
         }
         return;
       }
-      fn(tile);
+      // The next tile: drawn after this one's loads, or before them (fast_handoff), its value
+      // read only after them either way.
       int drawn = 0;
-      if (lane == 0) drawn = atomicAdd(counter, 1);
+      if (Cfg::kCfg.fast_handoff && lane == 0) drawn = atomicAdd(counter, 1);
+      fn(tile);
+      if (!Cfg::kCfg.fast_handoff && lane == 0) drawn = atomicAdd(counter, 1);
       tile = gridDim.x + __shfl_sync(0xffffffffu, drawn, 0);
     }
   }

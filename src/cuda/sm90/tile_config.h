@@ -42,6 +42,11 @@ struct TileConfig {
   // (the epilogue) once it has issued the next tile's first S GEMM, so the store runs under
   // that GEMM and the other consumers' turns instead of between two tiles. A tuning variant.
   bool overlap_epilogue = false;
+  // Persistent CTAs: the producer draws the next tile from the counter before issuing this
+  // tile's loads (the atomic's latency under the tile, not between two), and a tile's index is
+  // decoded in 32-bit arithmetic (work_of; the launch refuses 2^31 tiles or more). A tuning
+  // variant: the hand-off between two tiles took ~1100 cycles a consumer (tune_sm90_fwd_probe).
+  bool fast_handoff = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
