@@ -98,7 +98,7 @@ run_build() {  # with the Python extension where this Python can build it (run_i
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
   if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
     step check-sass 120 python3 "$ROOT/scripts/check_sass.py" "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/forward.cu.o"
-    awk '/=== check-sass/,0' "$LOG" | grep "check_sass" | head -8 >>"$SUMMARY"
+    awk '/=== check-sass/,0' "$LOG" | grep "check_sass" | head -8 | sed "s@$ROOT/@@g" >>"$SUMMARY"
   fi
 }
 run_gputest() {
@@ -156,7 +156,7 @@ run_tune() {  # alternative sm90 configs (a build with SM90_TUNE=ON): OUTDIR/tun
 }
 run_tune_bwd() {  # the sm90 backward's parts timed alone (SM90_TUNE=ON, CUDA_BACKWARD on)
   step tune-bwd 200 "$BUILD/tests/cuda_sm90/tune_sm90_bwd" ${TUNE_BWD_L:-512 1024 4096 16384}
-  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |preprocess|failed|what\(\)|CUDA error|CTAs|position" | cut -c1-260 >>"$SUMMARY"
+  awk '/=== tune-bwd/,0' "$LOG" | grep -E "^ +[0-9]+ |preprocess|failed|FAILED|what\(\)|CUDA error|CTAs|position" | cut -c1-300 >>"$SUMMARY"
 }
 run_tune_split() {  # split decode under other K / V rings and V loaders (a build with SM90_TUNE=ON)
   step tune-split 300 "$BUILD/tests/cuda_sm90/tune_sm90_split"

@@ -177,9 +177,9 @@ void time_one(const Buffers& buf, bool causal) {
       "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
       c.skip_masked_tail, c.softmax_chains, c.o_direct, c.defer_store_wait, c.q_buffers, c.overlap_epilogue,
-      buf.page_size, c.smem_bytes(), causal, splits, static_cast<long long>(B), static_cast<long long>(Lq),
-      static_cast<long long>(Lk), static_cast<long long>(Hq), static_cast<long long>(Hkv), ms,
-      flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
+      c.fast_handoff, buf.page_size, c.smem_bytes(), causal, splits, static_cast<long long>(B),
+      static_cast<long long>(Lq), static_cast<long long>(Lk), static_cast<long long>(Hq),
+      static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
 }
 
 void tune_d64(const Buffers& buf, bool causal);

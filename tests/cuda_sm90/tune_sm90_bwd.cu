@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
             const float det_grouped = time_ms([&] { grouped.reset_order(), grouped.kernel(); });
             std::printf(" %6.3f (%s)", kern / det_grouped, ok ? "yes" : "no: FAILED");
           }
-          std::printf(", %.1f", 2.0 * L * sh.D * 2 / (1 << 20));
+          std::printf(", %.2f", 2.0 * L * sh.D * 2 / (1 << 20));
         }
         std::printf("\n");
       }

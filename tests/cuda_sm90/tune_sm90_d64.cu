@@ -14,7 +14,7 @@ void tune_d64(const Buffers& b, bool causal) {
   // The next tile's Q in a second buffer; with the O store's wait deferred too.
   time_one<Cfg<two_q(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
   time_one<Cfg<two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3)))))>>(b, causal);
-  // Each tile's epilogue under the next tile's first S GEMM: 0.87-0.97x (937cd47).
+  // Each tile's epilogue under the next tile's first S GEMM: 0.87-0.985x (937cd47).
   // The next tile drawn before this one's loads and decoded in 32-bit arithmetic; with the
   // second Q buffer and the deferred store wait too.
   time_one<Cfg<handoff(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);

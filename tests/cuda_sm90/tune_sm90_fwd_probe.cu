@@ -31,10 +31,12 @@ __device__ void tile_mark(int consumer, int64_t tile, int point, int64_t own) {
 
 namespace {
 using namespace tileattn;
-constexpr int kPhases =
-    7;  // 0-1 Q wait, 1-2 first block, 2-3 steady, 3-4 last PV, 4-5 tail, 5-6 epilogue, gap
-const char* const kPhaseNames[kPhases] = {"Q wait",       "block 0",  "steady",      "last PV",
-                                          "skipped tail", "epilogue", "to next tile"};
+// 0-1 Q wait, 1-2 first block, 2-3 steady, 3-4 last PV, 4-5 tail, 5-6 epilogue, to the next
+// tile's 0; a consumer whose rows all lie past the tile's (or a tile without key blocks) reaches
+// neither 2 nor 5: its 1-6 is "idle walk", and its tiles are counted apart (own=-).
+constexpr int kPhases = 8;
+const char* const kPhaseNames[kPhases] = {"Q wait",       "block 0",  "steady",       "last PV",
+                                          "skipped tail", "epilogue", "to next tile", "idle walk"};
 
 template <class C, class Mask>
 void probe(const sm90_tune::Buffers& buf, bool causal) {
@@ -72,16 +74,18 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
         ++tiles;
         if (t == 0) first = at(cta, c, t, 0);
         last = at(cta, c, t, 6);
-        long long prev = at(cta, c, t, 1);
+        const long long prev = at(cta, c, t, 1);
         double ph[kPhases] = {static_cast<double>(prev - at(cta, c, t, 0))};
-        for (int pt = 2; pt <= 6; ++pt) {  // a point not reached (idle consumer): its phase is 0
-          const long long v = at(cta, c, t, pt);
-          if (v == 0) continue;
-          ph[pt - 1] = static_cast<double>(v - prev), prev = v;
-        }
+        const bool idle = at(cta, c, t, 2) == 0;
+        if (idle)
+          ph[7] = static_cast<double>(at(cta, c, t, 6) - prev);
+        else
+          for (int pt = 2; pt <= 6; ++pt)
+            ph[pt - 1] = static_cast<double>(at(cta, c, t, pt) - at(cta, c, t, pt - 1));
         if (t + 1 < kTiles && at(cta, c, t + 1, 0) != 0)
           ph[6] = static_cast<double>(at(cta, c, t + 1, 0) - last);
-        const int own = static_cast<int>(std::min<long long>(at(cta, c, t, 7), 7));
+        // Blocks computed (own): 1 .. 6, 7 for 7 or more, 0 for the idle tiles.
+        const int own = idle ? 0 : static_cast<int>(std::min<long long>(at(cta, c, t, 7), 7));
         for (int i = 0; i < kPhases; ++i) sum[i] += ph[i], by_own[own][i] += ph[i];
         n_own[own] += 1;
       }
@@ -96,7 +100,10 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
   std::printf("\n  per consumer tile, mean cycles, by blocks computed:");
   for (int own = 0; own < 8; ++own) {
     if (n_own[own] == 0) continue;
-    std::printf("\n    own=%d (%5.0f tiles):", own, n_own[own]);
+    if (own == 0)
+      std::printf("\n    own=- (%5.0f tiles):", n_own[own]);
+    else
+      std::printf("\n    own=%d%s (%5.0f tiles):", own, own == 7 ? "+" : "", n_own[own]);
     for (int i = 0; i < kPhases; ++i) std::printf(" %s %6.0f", kPhaseNames[i], by_own[own][i] / n_own[own]);
   }
   std::printf("\n");
@@ -115,8 +122,10 @@ int main() {
   cuda_test::fill_hash_bf16(buf.q, n, 1);
   cuda_test::fill_hash_bf16(buf.k, n, 2);
   cuda_test::fill_hash_bf16(buf.v, n, 3);
-  using D64 = detail::sm90::DefaultConfig<64>;
-  using D128 = detail::sm90::DefaultConfig<128>;
+  // The library's configs as types of this binary (the library's own kernel types, instantiated
+  // here with the probe's marks, would be a second definition of the same kernels).
+  using D64 = sm90_tune::Cfg<detail::sm90::tile_config(64)>;
+  using D128 = sm90_tune::Cfg<detail::sm90::tile_config(128)>;
   // The tuning variant that stores each tile's O under the next tile's first S GEMM.
   using D64Overlap = sm90_tune::Cfg<sm90_tune::overlap(detail::sm90::tile_config(64))>;
   for (const int64_t L : {512, 1024, 4096}) {

@@ -44,7 +44,8 @@ namespace {
 using namespace tileattn;
 // The library's decode config (two stages, V by the producer warpgroup's warps 1-3; the
 // producer's marks are warp 0's, K's loads).
-using C = detail::sm90::ServingConfig<128>;
+using C = sm90_tune::Cfg<detail::sm90::serving_tile_config(128)>;  // this binary's type: its kernels carry
+                                                                   // the probe
 
 double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
