@@ -14,6 +14,7 @@
 
 #include "common/params.h"
 #include "cuda/sm90/launch.cuh"
+#include "fill.h"
 #include "tileattn/tileattn.h"
 
 namespace tileattn::sm90_tune {
@@ -33,6 +34,20 @@ struct Buffers {
   const int32_t* table = nullptr;
   void *kp = nullptr, *vp = nullptr;
 };
+
+// buf's q, k, v, o, ref (n bf16 elements each) and lse allocated, q / k / v filled by a hash;
+// false, said, when an allocation fails.
+inline bool alloc_filled(Buffers* buf, int64_t n) {
+  if (cudaMalloc(&buf->q, n * 2) || cudaMalloc(&buf->k, n * 2) || cudaMalloc(&buf->v, n * 2) ||
+      cudaMalloc(&buf->o, n * 2) || cudaMalloc(&buf->ref, n * 2) || cudaMalloc(&buf->lse, n / 64 * 4)) {
+    std::printf("cudaMalloc failed\n");
+    return false;
+  }
+  cuda_test::fill_hash_bf16(buf->q, n, 1);
+  cuda_test::fill_hash_bf16(buf->k, n, 2);
+  cuda_test::fill_hash_bf16(buf->v, n, 3);
+  return true;
+}
 
 // dst's page table[g] = src's page g, each page_bytes long (B x L / page_size pages).
 void scatter_pages(const void* src, void* dst, const int32_t* table, int64_t pages, int64_t page_bytes);

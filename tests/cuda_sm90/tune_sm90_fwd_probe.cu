@@ -114,14 +114,7 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const int64_t n = int64_t{16384} * 2048;  // B x L x H x D of every shape below
   sm90_tune::Buffers buf{};
-  if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
-      cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
-  cuda_test::fill_hash_bf16(buf.q, n, 1);
-  cuda_test::fill_hash_bf16(buf.k, n, 2);
-  cuda_test::fill_hash_bf16(buf.v, n, 3);
+  if (!sm90_tune::alloc_filled(&buf, n)) return 1;
   // The library's configs as types of this binary (the library's own kernel types, instantiated
   // here with the probe's marks, would be a second definition of the same kernels).
   using D64 = sm90_tune::Cfg<detail::sm90::tile_config(64)>;

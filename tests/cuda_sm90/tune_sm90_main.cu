@@ -19,14 +19,7 @@ int main(int argc, char** argv) {
   const auto wanted = [&](int d) { return only == 0 || only == d; };
   const int64_t n = int64_t{16384} * 2048;  // elements of each buffer: the largest problem below
   Buffers buf{};
-  if (cudaMalloc(&buf.q, n * 2) || cudaMalloc(&buf.k, n * 2) || cudaMalloc(&buf.v, n * 2) ||
-      cudaMalloc(&buf.o, n * 2) || cudaMalloc(&buf.ref, n * 2) || cudaMalloc(&buf.lse, n / 64 * 4)) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
-  cuda_test::fill_hash_bf16(buf.q, n, 1);
-  cuda_test::fill_hash_bf16(buf.k, n, 2);
-  cuda_test::fill_hash_bf16(buf.v, n, 3);
+  if (!alloc_filled(&buf, n)) return 1;
   for (int64_t L : lengths) {
     buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     for (bool causal : {false, true}) {
