@@ -17,14 +17,25 @@ namespace {
 constexpr int kMaxCtas = 160, kConsumers = 3, kTiles = 64, kPoints = 8;  // point 7: own blocks
 __device__ long long g_tl[kMaxCtas][kConsumers][kTiles][kPoints];
 
+// Inside the epilogue (epilogue.cuh's three points), of the tile tile_mark's point 0 last saw.
+__device__ long long g_ep[kMaxCtas][kConsumers][kTiles][3];
+__device__ int g_tile[kMaxCtas][kConsumers];
+
 __device__ void tile_mark(int consumer, int64_t tile, int point, int64_t own) {
   if (threadIdx.x % 128 != 0 || blockIdx.x >= kMaxCtas || tile >= kTiles) return;
   g_tl[blockIdx.x][consumer][tile][point] = clock64();
+  if (point == 0) g_tile[blockIdx.x][consumer] = static_cast<int>(tile);
   if (point == 6) g_tl[blockIdx.x][consumer][tile][7] = own;
+}
+__device__ void epilogue_mark(int consumer, int point) {
+  if (threadIdx.x % 128 != 0 || blockIdx.x >= kMaxCtas) return;
+  const int tile = g_tile[blockIdx.x][consumer];
+  if (tile < kTiles) g_ep[blockIdx.x][consumer][tile][point] = clock64();
 }
 }  // namespace
 
 #define TILEATTN_SM90_TILE_PROBE(consumer, tile, point, own) tile_mark(consumer, tile, point, own)
+#define TILEATTN_SM90_EPILOGUE_PROBE(consumer, point) epilogue_mark(consumer, point)
 
 #include "fill.h"
 #include "tune_sm90.cuh"
@@ -43,11 +54,14 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
   constexpr int64_t D = C::kCfg.head_dim;
   const detail::AttnParams p = sm90_tune::params_of(buf, D, causal);
   const detail::sm90::LaunchShape shape = detail::sm90::launch_shape<C>(p);
-  std::vector<long long> host(size_t{kMaxCtas} * kConsumers * kTiles * kPoints);
+  std::vector<long long> host(size_t{kMaxCtas} * kConsumers * kTiles * kPoints),
+      ep(size_t{kMaxCtas} * kConsumers * kTiles * 3);
   float ms = 0;
   for (int rep = 0; rep < 3; ++rep) {  // the last of three launches, back to back
     std::fill(host.begin(), host.end(), 0);
+    std::fill(ep.begin(), ep.end(), 0);
     cudaMemcpyToSymbol(g_tl, host.data(), host.size() * sizeof(long long));
+    cudaMemcpyToSymbol(g_ep, ep.data(), ep.size() * sizeof(long long));
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
     cudaEventRecord(a);
@@ -61,9 +75,17 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
     cudaEventDestroy(a), cudaEventDestroy(b);
   }
   cudaMemcpyFromSymbol(host.data(), g_tl, host.size() * sizeof(long long));
+  cudaMemcpyFromSymbol(ep.data(), g_ep, ep.size() * sizeof(long long));
   auto at = [&](int cta, int c, int t, int pt) {
     return host[((static_cast<size_t>(cta) * kConsumers + c) * kTiles + t) * kPoints + pt];
   };
+  auto at_ep = [&](int cta, int c, int t, int pt) {
+    return ep[((static_cast<size_t>(cta) * kConsumers + c) * kTiles + t) * 3 + pt];
+  };
+  // The epilogue of tiles with rows, split at its three inner points: to the first barrier (the
+  // totals and the last store's read), O / l and the LSE written, the fence and the second
+  // barrier, the TMA store issued and (unless deferred) its read waited for.
+  double split[4] = {}, n_split = 0;
   double sum[kPhases] = {}, by_own[8][kPhases] = {}, n_own[8] = {};
   double whole = 0;
   long long tiles = 0;
@@ -86,6 +108,12 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
           ph[6] = static_cast<double>(at(cta, c, t + 1, 0) - last);
         // Blocks computed (own): 1 .. 6, 7 for 7 or more, 0 for the idle tiles.
         const int own = idle ? 0 : static_cast<int>(std::min<long long>(at(cta, c, t, 7), 7));
+        if (!idle && at_ep(cta, c, t, 0) != 0 && at_ep(cta, c, t, 2) != 0) {
+          const long long e[5] = {at(cta, c, t, 5), at_ep(cta, c, t, 0), at_ep(cta, c, t, 1),
+                                  at_ep(cta, c, t, 2), at(cta, c, t, 6)};
+          for (int i = 0; i < 4; ++i) split[i] += static_cast<double>(e[i + 1] - e[i]);
+          n_split += 1;
+        }
         for (int i = 0; i < kPhases; ++i) sum[i] += ph[i], by_own[own][i] += ph[i];
         n_own[own] += 1;
       }
@@ -106,6 +134,11 @@ void probe(const sm90_tune::Buffers& buf, bool causal) {
       std::printf("\n    own=%d%s (%5.0f tiles):", own, own == 7 ? "+" : "", n_own[own]);
     for (int i = 0; i < kPhases; ++i) std::printf(" %s %6.0f", kPhaseNames[i], by_own[own][i] / n_own[own]);
   }
+  if (n_split > 0)
+    std::printf(
+        "\n  epilogue of a tile with rows, mean cycles: to the first barrier %.0f, O / l and LSE written "
+        "%.0f, fence and second barrier %.0f, TMA store (and its read) %.0f",
+        split[0] / n_split, split[1] / n_split, split[2] / n_split, split[3] / n_split);
   std::printf("\n");
 }
 }  // namespace

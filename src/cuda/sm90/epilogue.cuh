@@ -18,6 +18,13 @@
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
+// Points inside a dense tile's O store, for tests/cuda_sm90/tune_sm90_fwd_probe.cu (nothing in
+// the library's builds): 0 the rows' last store read (first barrier), 1 O / l and the LSE
+// written, 2 the proxy fence and the second barrier passed.
+#ifndef TILEATTN_SM90_EPILOGUE_PROBE
+#define TILEATTN_SM90_EPILOGUE_PROBE(consumer, point)
+#endif
+
 namespace tileattn::detail::sm90 {
 
 template <class Cfg, class T, bool kServing>
@@ -51,6 +58,7 @@ struct Epilogue {
     if constexpr (kCfg.defer_store_wait)
       if (tid == 0) tma_store_wait_read();
     if constexpr (kCfg.persistent) named_sync(epilogue_barrier, kWarpgroupThreads);
+    TILEATTN_SM90_EPILOGUE_PROBE(consumer, 0);
     // O / l into this consumer's 64 rows of O's staging (Q's own rows, whose last S GEMM is done,
     // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
     // at u ^ (r % 8), and r % 8 is this thread's g.
@@ -74,8 +82,10 @@ struct Epilogue {
         p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = total[half].lse();
       }
     }
+    TILEATTN_SM90_EPILOGUE_PROBE(consumer, 1);
     fence_proxy_async();  // the generic-proxy writes, visible to the TMA store
     named_sync(epilogue_barrier, kWarpgroupThreads);
+    TILEATTN_SM90_EPILOGUE_PROBE(consumer, 2);
     if (kServing && p.seqs.varlen_q()) {
       copy_rows(rows_smem, w, rows_first, tid);
       if constexpr (kCfg.persistent && kCfg.o_in_q()) {
