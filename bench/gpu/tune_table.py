@@ -13,6 +13,7 @@ import re
 import sys
 
 # The library's configs (tile_config): the fields a tune line prints.
+# ("overlap": a removed variant's field, kept so that older result files still parse.)
 DEFAULTS = {
     64: {"N": 128, "stages": 2, "consumers": 3, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,
          "skip": 1, "chains": 1, "o_direct": 0, "defer": 0, "q_bufs": 1, "overlap": 0, "handoff": 0},

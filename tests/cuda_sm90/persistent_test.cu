@@ -22,8 +22,7 @@ struct Experimental {
   static constexpr TileConfig kCfg = [] {
     TileConfig c = kServing ? detail::sm90::serving_tile_config(D) : detail::sm90::tile_config(D);
     c.persistent = !c.persistent;
-    if (!c.persistent)
-      c.q_buffers = 1, c.defer_store_wait = c.overlap_epilogue = false;  // persistent CTAs' options
+    if (!c.persistent) c.q_buffers = 1, c.defer_store_wait = false;  // persistent CTAs' options
     return c;
   }();
 };

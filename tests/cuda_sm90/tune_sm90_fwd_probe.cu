@@ -152,13 +152,10 @@ int main() {
   // here with the probe's marks, would be a second definition of the same kernels).
   using D64 = sm90_tune::Cfg<detail::sm90::tile_config(64)>;
   using D128 = sm90_tune::Cfg<detail::sm90::tile_config(128)>;
-  // The tuning variant that stores each tile's O under the next tile's first S GEMM.
-  using D64Overlap = sm90_tune::Cfg<sm90_tune::overlap(detail::sm90::tile_config(64))>;
   for (const int64_t L : {512, 1024, 4096}) {
     buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     buf.Hq = buf.Hkv = 32;
     probe<D64, detail::CausalMask>(buf, true);
-    if (L == 512) probe<D64Overlap, detail::CausalMask>(buf, true);
     probe<D64, detail::NoMask>(buf, false);
     buf.Hq = buf.Hkv = 16;
     probe<D128, detail::CausalMask>(buf, true);

@@ -79,10 +79,8 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
   static_assert(fits_launch(kCfg, kGatherProducerRegs, gather_consumer_regs(kCfg)) &&
                     fits_launch(kCfg, kCfg.producer_regs(), kCfg.consumer_regs()),
                 "setmaxnreg's split needs more registers than the launch has");
-  static_assert((kCfg.q_buffers == 1 && !kCfg.defer_store_wait && !kCfg.overlap_epilogue) ||
-                    (kCfg.persistent && kCfg.o_apart()),
-                "a second Q buffer, the deferred store wait and the overlapped epilogue need persistent CTAs "
-                "with O apart");
+  static_assert((kCfg.q_buffers == 1 && !kCfg.defer_store_wait) || (kCfg.persistent && kCfg.o_apart()),
+                "a second Q buffer and the deferred store wait need persistent CTAs with O apart");
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
@@ -124,16 +122,12 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
     const Turns<Cfg> turn{consumer};
     if constexpr (kCfg.persistent) turn.start();
     TILEATTN_SM90_PROBE(sm, 1);
-    Carry<Cfg> carry;
     Scheduler<Cfg>::consume(sm, [&](int64_t tile) {
       const Work w = work_of<Cfg, Mask, kServing>(p, tile);
       if (w.rows == 0) return;
-      consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe, v_warps, carry);
+      consume_tile<Cfg, T, Mask, kServing>(sm, p, &tm_o, w, consumer, pipe, v_warps);
       pipe.ring += w.blocks(), ++pipe.tiles, pipe.tails += w.tail;
     });
-    if constexpr (kCfg.overlap_epilogue)  // the last tile's epilogue
-      if (carry.pending)
-        Epilogue<Cfg, T, kServing>{sm, p, &tm_o, consumer}.store(carry.o, carry.total, carry.w);
     // Split-KV merged in the kernel: each CTA had one tile, blockIdx.x (launch.cuh sets arrivals
     // only then; a launch that did not would merge wrong rows, so it traps).
     if constexpr (kServing && kCfg.merges_splits())

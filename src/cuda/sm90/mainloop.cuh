@@ -282,25 +282,14 @@ __device__ __forceinline__ int64_t own_blocks(const KernelParams& p, const Work&
   return own < 1 ? 1 : own < blocks ? own : blocks;
 }
 
-// What a consumer carries from tile to tile with overlap_epilogue (tile_config.h): the last
-// tile's O accumulators, its rows' totals and its Work, stored by the next tile (or at the end).
-template <class Cfg>
-struct Carry {
-  float o[Cfg::kCfg.overlap_epilogue ? Cfg::kCfg.head_dim / 2 : 1];
-  SoftmaxRow total[2];
-  Work w;
-  bool pending = false;
-};
-
 // A consumer warpgroup on one tile: 64 query rows against key blocks [n_begin, n_end), in the
 // order S0 | softmax 0 | S1, PV0 | softmax 1 (under PV0) | S2, PV1 | ... | PV last | epilogue.
 // V stages written by cp.async (v_warps) are fenced for the async proxy before wgmma reads them.
 template <class Cfg, class T, class Mask, bool kServing>
 __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelParams& p,
                                              const CUtensorMap* tm_o, const Work& w, int consumer,
-                                             const Pipe& pipe, bool v_warps, Carry<Cfg>& carry) {
+                                             const Pipe& pipe, bool v_warps) {
   constexpr TileConfig kCfg = Cfg::kCfg;
-  constexpr bool kOverlap = kCfg.overlap_epilogue;
   constexpr int kD = kCfg.head_dim, kN = kCfg.block_n;
   const int tid = threadIdx.x % kWarpgroupThreads, warp = tid / 32, lane = tid % 32;
   const int shift = p.pack_shift;
@@ -319,14 +308,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   float o[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
-  // The last tile's epilogue (kOverlap), from the copy of its O in carry.
-  auto flush = [&] {
-    if constexpr (kOverlap)
-      if (carry.pending) {
-        Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(carry.o, carry.total, carry.w);
-        carry.pending = false;
-      }
-  };
   float s[kN / 2];
   uint32_t pa[kN / 16][4];
   // Weights to wgmma A fragments: k-step kk packs accumulators 8 kk .. 8 kk + 7 in pairs.
@@ -346,7 +327,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   // Blocks [own, blocks) no row of this consumer sees: waited for, turned and released only.
   int64_t own = blocks;
   if constexpr (kCfg.skip_masked_tail) own = own_blocks<Mask>(p, w, rows_first, blocks, kN);
-  if (kOverlap && (64 * consumer >= w.rows || blocks == 0)) flush();
   if (64 * consumer >= w.rows) {
     idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps);
   } else if (blocks > 0) {
@@ -357,7 +337,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       turn.wait();
       gemm.scores(s, sk.stage);
       turn.pass(false);
-      if constexpr (kOverlap) flush();  // under S0's GEMM
       wgmma_wait<0>();
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
@@ -417,15 +396,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   // load now.
   if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(qb), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
-  if constexpr (kOverlap) {
-    // Copied by moves the compiler keeps, so that the copies are not registers a wgmma defined
-    // (ptxas would wait for the next tile's S0 before the epilogue reads them).
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) asm volatile("mov.b32 %0, %1;" : "=f"(carry.o[i]) : "f"(o[i]));
-    carry.total[0] = total[0], carry.total[1] = total[1], carry.w = w, carry.pending = true;
-  } else {
-    Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
-  }
+  Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
   TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 6, own);
 }
 

@@ -38,10 +38,6 @@ struct TileConfig {
   // Persistent CTAs with O apart: Q in two buffers, so the next tile's Q loads while this tile's
   // GEMMs still read the other, instead of after every consumer's last P V. A tuning variant.
   int q_buffers = 1;
-  // Persistent CTAs with O apart: a consumer keeps a tile's O in its registers and stores it
-  // (the epilogue) once it has issued the next tile's first S GEMM, so the store runs under
-  // that GEMM and the other consumers' turns instead of between two tiles. A tuning variant.
-  bool overlap_epilogue = false;
   // Persistent CTAs: the producer draws the next tile from the counter before issuing this
   // tile's loads (the atomic's latency under the tile, not between two), and a tile's index is
   // decoded in 32-bit arithmetic (work_of; the launch refuses 2^31 tiles or more). A tuning
@@ -113,8 +109,8 @@ struct TileConfig {
 //   defer_store_wait) ran at 1.02-1.05x at L = 512, 1.00-1.02x at 1k and 0.995-1.02x from 2k on
 //   at D = 64 and 128, two runs on an H100 (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt,
 //   outputs the same bits as the default's). Not the default until the GPU tests have run on it.
-//   Storing O under the next tile's first S GEMM instead (overlap_epilogue) ran at 0.87-1.02x:
-//   the store's ~2000 cycles a tile then delay that tile's first softmax and the turns behind it.
+//   Storing O under the next tile's first S GEMM instead (tried at 937cd47, removed) ran at
+//   0.87-1.02x: the store's ~2000 cycles then delayed that tile's first softmax and turns.
 constexpr TileConfig tile_config(int head_dim) {
   if (head_dim <= 64) {
     TileConfig c{64, 128, 2, 3, true, true};
