@@ -35,7 +35,8 @@ build/venv/bin/python -m pip install -q --upgrade pip
 # where a GPU can run them.
 cuda=OFF
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then cuda=AUTO; fi
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs build/venv/bin/python -m pip install -q ".[test,train,jax]" \
+bash scripts/pip_big_first.sh build/venv/bin/python ".[test,train,jax]"  # torch's CUDA wheels, one at a time
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs PIP_NO_CACHE_DIR=1 build/venv/bin/python -m pip install -q ".[test,train,jax]" \
   -C cmake.define.TILEATTN_CUDA=$cuda
 build/venv/bin/python -m pytest -q tests/python
 
