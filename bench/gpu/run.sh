@@ -102,7 +102,7 @@ run_build() {  # with the Python extension where this Python can build it (run_i
   fi
 }
 run_gputest() {
-  step ctest-gpu 540 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j 3
+  step ctest-gpu 540 ctest --test-dir "$BUILD" -L cuda ${GPU_TESTS:+-R "$GPU_TESTS"} --output-on-failure -j "${GPU_TEST_JOBS:-8}"
   grep -E "tests passed|tests failed" "$LOG" | tail -1 >>"$SUMMARY"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$LOG" | head -12 >>"$SUMMARY"
   grep -E "^\[  FAILED  \]" "$LOG" | sort -u | head -24 >>"$SUMMARY"
