@@ -173,26 +173,51 @@ TEST(Sm90DqOrder, CausalRunsWithoutWaiting) {
       }
 }
 
-// The grouped launch order (a tuning variant) is a permutation of the tiles in which each pair's
-// key blocks come in ascending position, so every wait is on a CTA launched before.
+// The grouped launch order (deterministic mode without a mask; a 2-D grid, x fastest) is a
+// permutation of the tiles in which each pair's key blocks come in ascending launch position, so
+// every wait is on a CTA launched before.
 TEST(Sm90DqOrder, GroupedTilesArePairwiseAscending) {
   for (int64_t n_blocks : {1, 3, 8, 64})
-    for (int64_t pairs : {1, 5, 16, 33})
-      for (int64_t group : {1, 2, 4, 8}) {
+    for (int64_t pairs : {8, 16, 24})
+      for (int log2 : {0, 1, 2, 3}) {
         SCOPED_TRACE(std::to_string(n_blocks) + " blocks, " + std::to_string(pairs) + " pairs, group " +
-                     std::to_string(group));
+                     std::to_string(1 << log2));
         std::vector<int64_t> seen(n_blocks * pairs, -1), next(pairs, 0);
-        for (int64_t pos = 0; pos < n_blocks * pairs; ++pos) {
-          const int64_t linear = grouped_tile(pos, n_blocks, pairs, group);
-          ASSERT_TRUE(linear >= 0 && linear < n_blocks * pairs);
-          ASSERT_EQ(seen[linear], -1);
-          seen[linear] = pos;
-          const int64_t pair = linear / n_blocks;
-          EXPECT_EQ(linear % n_blocks, next[pair]++);  // the pair's key blocks in order
-        }
+        const int64_t xs = n_blocks << log2, ys = pairs >> log2;
+        for (int64_t y = 0; y < ys; ++y)
+          for (int64_t x = 0; x < xs; ++x) {
+            const int64_t linear = grouped_tile(x, y, n_blocks, log2);
+            ASSERT_TRUE(linear >= 0 && linear < n_blocks * pairs);
+            ASSERT_EQ(seen[linear], -1);
+            seen[linear] = y * xs + x;
+            const int64_t pair = linear / n_blocks;
+            EXPECT_EQ(pair >> log2, y);                  // the group's own pairs
+            EXPECT_EQ(linear % n_blocks, next[pair]++);  // the pair's key blocks in order
+          }
       }
-  EXPECT_EQ(grouped_tile(5, 4, 3, 2), 1 * 4 + 2);  // group 0 (pairs 0, 1): position 5 is pair 1, block 2
-  EXPECT_EQ(grouped_tile(9, 4, 3, 2), 2 * 4 + 1);  // the last group holds pair 2 alone
+  EXPECT_EQ(grouped_tile(5, 0, 4, 1), 1 * 4 + 2);  // group 0 (pairs 0, 1): x = 5 is pair 1, block 2
+  EXPECT_EQ(grouped_tile(3, 1, 4, 1), 3 * 4 + 1);  // group 1 (pairs 2, 3): x = 3 is pair 3, block 1
+  EXPECT_EQ(grouped_tile(7, 2, 5, 0), 2 * 5 + 7);  // no group: the plain order
+}
+
+// The group under an L2 budget: Q, dO and the fp32 dQ sums of a pair (8 bytes a query row's
+// element) times the group fit the budget; a divisor of the pairs; 0 (the plain order) without a
+// budget.
+TEST(Sm90DqOrder, PairGroupFitsTheBudget) {
+  const int64_t mib = int64_t{1} << 20;
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 32, 16 * mib), 3);    // 0.5 MiB a pair: 8
+  EXPECT_EQ(det_pair_group_log2(4096, 64, 32, 16 * mib), 3);    // 2 MiB: 8 x 2 fits exactly
+  EXPECT_EQ(det_pair_group_log2(4096, 128, 32, 16 * mib), 2);   // 4 MiB: 4
+  EXPECT_EQ(det_pair_group_log2(4096, 256, 32, 16 * mib), 1);   // 8 MiB: 2
+  EXPECT_EQ(det_pair_group_log2(16384, 128, 32, 16 * mib), 0);  // 16 MiB: 2 pairs do not fit
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 12, 16 * mib), 2);    // 8 does not divide 12 pairs
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 6, 16 * mib), 1);
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 7, 16 * mib), 0);  // no divisor
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 1, 16 * mib), 0);
+  EXPECT_EQ(det_pair_group_log2(16, 64, 2 * 65535, 16 * mib), 1);  // 65535 groups of 2 in y
+  EXPECT_EQ(det_pair_group_log2(16, 64, 2 * 65537, 16 * mib), 0);  // 65537: past the grid's y
+  EXPECT_EQ(det_pair_group_log2(1024, 64, 32, 0), 0);              // no budget: the plain order
+  EXPECT_EQ(det_pair_group_log2(0, 64, 32, 16 * mib), 0);          // no rows
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "tileattn/tensor.h"
 #if defined(TILEATTN_SM90_BACKWARD)
 #include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_order.h"
 #endif
 
 namespace tileattn::detail::cuda {
@@ -40,7 +41,8 @@ class StreamBuffer {
 };
 
 #if defined(TILEATTN_SM90_BACKWARD)
-std::atomic<int64_t> g_sm90_dq_cap{kSm90DqCapBytes};  // bytes of fp32 dQ sums a launch; 0: no cap
+std::atomic<int64_t> g_sm90_dq_cap{kSm90DqCapBytes};           // bytes of fp32 dQ sums a launch; 0: no cap
+std::atomic<int64_t> g_sm90_det_budget{kSm90DetGroupL2Bytes};  // deterministic order's L2 budget
 
 // b for KV heads [h0, h0 + n) and their query heads: every per-head pointer moved to head h0 (of
 // k, v, dk, dv) or h0 * group (of q, out, lse, dout, dlse, dq), n KV heads and n * group query
@@ -91,6 +93,8 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
     sm90::BwdParams kp = sm90::bwd_params(c, kc);
     kp.dq_accum = scratch.data();
     kp.dq_order = orders ? reinterpret_cast<int*>(scratch.data() + accum) : nullptr;
+    kp.det_group_log2 = sm90::det_pair_group_log2(group * p.seqlen_q, p.head_dim, kp.batch * kp.heads_kv,
+                                                  g_sm90_det_budget.load());  // used without a mask only
     if (h0 == 0)  // the per-row values, and the first group's sums zeroed in the same pass
       sm80::bwd_preprocess(k, p.dtype, stream, scratch.data(), accum + orders);
     else
@@ -101,6 +105,15 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
 }
 #endif
 }  // namespace
+
+int64_t set_sm90_backward_det_budget(int64_t bytes) {
+#if defined(TILEATTN_SM90_BACKWARD)
+  return g_sm90_det_budget.exchange(bytes > 0 ? bytes : 0);
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
 
 int64_t set_sm90_backward_dq_cap(int64_t bytes) {
 #if defined(TILEATTN_SM90_BACKWARD)

@@ -9,13 +9,12 @@
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
 // stages them in shared memory) at 64 and 128; and without a mask deterministic mode in the library's
-// launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved (BwdTuning::kDetPairGroup),
-// each over the fast kernel. Their gradients are
-// checked first against the library kernel's, poisoned before each run (agrees), on these shapes
-// and on windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the
-// run. Inputs: a hash fill, out and lse from the library's forward. Last, the kernel's timeline
-// CTA by CTA without a mask (tune_sm90_bwd_probe.cu): the library's kernel in the fast and the
-// deterministic mode at D = 64, 128 and 256, and direct at 64 and 128.
+// plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
+// (BwdParams::det_group_log2), each over the fast kernel. Their gradients are checked first against the
+// library kernel's, poisoned before each run (agrees), on these shapes and on windows with Lq != Lk over
+// small grids (tiles without steps); a mismatch fails the run. Inputs: a hash fill, out and lse from the
+// library's forward. Last, the kernel's timeline CTA by CTA without a mask (tune_sm90_bwd_probe.cu): the
+// library's kernel in the fast and the deterministic mode at D = 64, 128 and 256, and direct at 64 and 128.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -72,13 +71,10 @@ struct Shape {
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
 enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
-// Deterministic mode without a mask with the key blocks of g_pair_group (batch, KV head) pairs
-// interleaved in the launch order (BwdTuning::kDetPairGroup 0: BwdParams::det_group): the same
-// bits as the library's order.
-struct Grouped : sm90::BwdTuning {
-  static constexpr int kDetPairGroup = 0;
-};
-int g_pair_group = 8;
+// kGrouped: deterministic mode without a mask with the key blocks of 2^g_pair_group_log2 (batch, KV
+// head) pairs interleaved in the launch order (the library's kernel, BwdParams::det_group_log2;
+// the library picks it by det_pair_group_log2): the same bits as the plain order.
+int g_pair_group_log2 = 3;
 struct Path {
   BackwardParams b;
   sm80::BwdKernelParams k;
@@ -109,7 +105,6 @@ struct Path {
     tiles = p.heads_q * kp.dq_tiles.head_blocks;
     accum_floats = tiles * kp.dq_tiles.block_m * sh.D;
     kp.dq_order = deterministic ? m.order : nullptr;
-    kp.det_group = g_pair_group;
   }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
   void preprocess_zeroing() const {  // the library's: the dQ sums zeroed in the same pass
@@ -124,20 +119,20 @@ struct Path {
     reset_order();
   }
   void kernel() const {
-    if (variant == Variant::kLibrary) return sm90::backward(b, kp);
+    if (variant == Variant::kLibrary || variant == Variant::kGrouped) {
+      sm90::BwdParams order = kp;
+      order.det_group_log2 = variant == Variant::kGrouped ? g_pair_group_log2 : 0;
+      return sm90::backward(b, order);
+    }
     if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
-      const bool grouped = variant == Variant::kGrouped;
       if (b.fwd.head_dim == 64)
-        grouped ? sm90::launch_bwd<64, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
-                : sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        sm90::launch_bwd<64, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else if (b.fwd.head_dim == 128)
-        grouped ? sm90::launch_bwd<128, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
-                : sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        sm90::launch_bwd<128, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
       else
-        grouped ? sm90::launch_bwd<256, __nv_bfloat16, Mask, false, false, Grouped>(b, kp)
-                : sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
+        sm90::launch_bwd<256, __nv_bfloat16, Mask, false, true>(b, kp, ctas);
     });
   }
   void convert() const { sm90::dq_from_accum(b, kp); }
@@ -266,18 +261,17 @@ int main(int argc, char** argv) {
                       static_cast<long long>(ctas));
       }
     }
-  // Deterministic mode's grouped launch order (2, 4 and 8 pairs a group) where 9 pairs leave the
-  // last group short.
+  // Deterministic mode's grouped launch order (2, 4 and 8 of 16 pairs a group).
   for (int64_t D : {64, 128, 256})
-    for (int group : {2, 4, 8}) {
-      const Shape sh{3, 384, 384, 3, D, -1, -1};
+    for (int log2 : {1, 2, 3}) {
+      const Shape sh{4, 384, 384, 4, D, -1, -1};
       forward_of(m, sh);
-      g_pair_group = group;
+      g_pair_group_log2 = log2;
       const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
       failed |= !ok;
       if (!ok)
-        std::printf("FAILED: grouped launch order at D %lld, 9 pairs, %d a group\n",
-                    static_cast<long long>(D), group);
+        std::printf("FAILED: grouped launch order at D %lld, 16 pairs, %d a group\n",
+                    static_cast<long long>(D), 1 << log2);
     }
   std::printf(
       "persistent walk, direct dK / dV stores and the grouped deterministic order against the library's "
@@ -289,7 +283,7 @@ int main(int argc, char** argv) {
       "%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H", "causal",
       "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel", "fixed",
       "over the library's kernel: persistent, direct dK / dV (agree) | without a mask, the fast kernel's "
-      "time over deterministic mode's, the library's order and 2 / 4 / 8 pairs grouped (agree), a pair's "
+      "time over deterministic mode's, the plain order and 2 / 4 / 8 pairs grouped (agree), a pair's "
       "Q and dO in MiB");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
@@ -319,13 +313,13 @@ int main(int argc, char** argv) {
           const float kern_v = time_ms([&] { path.kernel(); });
           std::printf(" %6.3f (%s)", kern_lib / kern_v, ok ? "yes" : "no: FAILED");
         }
-        // Deterministic mode, its counters reset before each launch: the library's order, then grouped.
+        // Deterministic mode, its counters reset before each launch: the plain order, then grouped.
         if (!causal) {
           Path det(m, sh, true);
           const float det_lib = time_ms([&] { det.reset_order(), det.kernel(); });
           std::printf(" | deterministic %6.3f, grouped", kern / det_lib);
-          for (int group : {2, 4, 8}) {
-            g_pair_group = group;
+          for (int log2 : {1, 2, 3}) {
+            g_pair_group_log2 = log2;
             const bool ok = agrees(m, sh, Variant::kGrouped, 0, &first, &again);
             failed |= !ok;
             Path grouped(m, sh, true);

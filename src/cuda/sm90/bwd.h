@@ -44,9 +44,10 @@ struct BwdParams {
   int64_t batch, heads_kv;
   int64_t n_blocks;  // key blocks of bwd_block_n(D) of the longest sequence
   float scale;       // dQ = scale dS K, dK = scale dS^T Q
-  // Deterministic mode without a mask, for a Tuning whose kDetPairGroup is 0: the (batch, KV head)
-  // pairs whose key blocks the launch order interleaves (bwd_order.h, grouped_tile); 1: none.
-  int det_group = 1;
+  // Deterministic mode without a mask, one CTA a tile: log2 of the (batch, KV head) pairs whose key
+  // blocks the launch order interleaves (bwd_order.h: grouped_tile, det_pair_group_log2); a
+  // divisor of the pairs; 0: none.
+  int det_group_log2 = 0;
 };
 
 // The kernel's parameters for b, from the sm80 kernels' (the same preprocessing rows), but for

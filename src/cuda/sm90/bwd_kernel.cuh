@@ -54,10 +54,6 @@ enum BwdProbePoint { kEntered, kKvReady, kFirstStepReady, kStepsDone, kDkDvStore
 // straight from the accumulators (the persistent walk's, whose stages hold the next tile's).
 struct BwdTuning {
   static constexpr bool kStageDkDv = true;
-  // Deterministic mode without a mask, one CTA a tile: the key blocks of this many (batch, KV
-  // head) pairs interleaved in the launch order (bwd_order.h, grouped_tile); 1, the library's;
-  // 0, BwdParams::det_group's.
-  static constexpr int kDetPairGroup = 1;
   __device__ static void mark(BwdProbePoint) {}
 };
 
@@ -387,11 +383,8 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   Tuning::mark(kEntered);
   const Smem sm{align_smem_1024(smem_raw)};
   int64_t linear = blockIdx.x;
-  if constexpr (Tuning::kDetPairGroup != 1 && !Mask::kMasks && !kPersistent) {
-    const int group = Tuning::kDetPairGroup > 1 ? Tuning::kDetPairGroup : p.det_group;
-    if (p.dq_order != nullptr && group > 1)
-      linear = grouped_tile(linear, p.n_blocks, p.heads_kv * p.batch, group);
-  }
+  if constexpr (!Mask::kMasks && !kPersistent)
+    if (gridDim.y > 1) linear = grouped_tile(blockIdx.x, blockIdx.y, p.n_blocks, p.det_group_log2);
   const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, linear);
   if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <type_traits>
 
 #include "common/params.h"
@@ -57,8 +58,17 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent
   const int64_t tiles = kp.n_blocks * kp.heads_kv * kp.batch;
   const auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if constexpr (!kPersistent) {
-    kernel<<<dim3(static_cast<unsigned>(tiles)), 3 * kWarpgroupThreads, kSmem, stream>>>(tm_q, tm_k, tm_v,
-                                                                                         tm_do, kp);
+    dim3 grid(static_cast<unsigned>(tiles));
+    if (!Mask::kMasks && kp.dq_order != nullptr &&
+        kp.det_group_log2 > 0) {  // pairs interleaved (grouped_tile)
+      const int64_t pairs = kp.heads_kv * kp.batch;
+      if (pairs % (int64_t{1} << kp.det_group_log2) != 0)  // det_pair_group_log2 picks divisors only
+        throw RuntimeError("sm90 backward: det_group_log2 " + std::to_string(kp.det_group_log2) +
+                           " does not divide the " + std::to_string(pairs) + " (batch, KV head) pairs");
+      grid = dim3(static_cast<unsigned>(kp.n_blocks << kp.det_group_log2),
+                  static_cast<unsigned>(pairs >> kp.det_group_log2));
+    }
+    kernel<<<grid, 3 * kWarpgroupThreads, kSmem, stream>>>(tm_q, tm_k, tm_v, tm_do, kp);
     TILEATTN_CUDA_CHECK_LAUNCH();
   } else {
     const int sms = cuda::device_info(p.device_index).sm_count;

@@ -19,6 +19,9 @@
 //     row sees, Lk > Lq) visit it at the same step and raise at once.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+
 #include "common/host_device.h"
 #include "common/mask.h"
 
@@ -35,17 +38,32 @@ TILEATTN_HD void bwd_query_blocks(const TileBand& band, int n, int len_q, int bl
   *m_count = q_end > q_begin ? (q_end + block_m - 1) / block_m - *m_begin : 0;
 }
 
-// A tuning variant's launch order for deterministic mode without a mask: the CTA at `position`
-// (0 first launched) takes the library's tile `linear` (pairs of (batch, KV head) major, key block
-// fastest) of the key blocks of `group` pairs interleaved, so a wave holds fewer key blocks of
-// each pair, and their turns at a query block chain over fewer CTAs (tune_sm90_bwd). Within a
-// pair the key blocks still come in ascending position: a CTA still waits only for CTAs
-// launched before it.
-TILEATTN_HD int64_t grouped_tile(int64_t position, int64_t n_blocks, int64_t pairs, int64_t group) {
-  const int64_t g = position / (n_blocks * group), first = g * group;
-  const int64_t in_group = pairs - first < group ? pairs - first : group;
-  const int64_t r = position - g * n_blocks * group;
-  return (first + r % in_group) * n_blocks + r / in_group;
+// Deterministic mode's launch order without a mask: the key blocks of 2^group_log2 (batch, KV
+// head) pairs interleaved, so a wave holds fewer key blocks of each pair and their turns at a
+// query block chain over fewer CTAs (tune_sm90_bwd). The grid is 2-D (launch_bwd): blockIdx.y a
+// group of pairs, blockIdx.x its key blocks, pair fastest; CTAs launch x fastest, so within a
+// pair the key blocks still come in ascending order and a CTA still waits only for CTAs launched
+// before it. Returns the library's tile index (pairs major, key block fastest). Shifts and masks
+// only: the tile's values stay in uniform registers.
+TILEATTN_HD int64_t grouped_tile(int64_t x, int64_t y, int64_t n_blocks, int group_log2) {
+  const int64_t in_group = x & ((int64_t{1} << group_log2) - 1);
+  return ((y << group_log2) + in_group) * n_blocks + (x >> group_log2);
+}
+
+// log2 of the group for grouped_tile under an L2 budget: the most of 8, 4 and 2 pairs that divides
+// `pairs` (no short group) and whose Q and dO (2 bytes an element) and fp32 dQ sums (4) fit
+// budget_bytes, each pair holding rows_per_pair query rows (its query heads' rows) of head_dim;
+// 0, the plain order, when none does, when budget_bytes <= 0, or when the groups would pass the
+// grid's 65535 in y. Interleaved pairs gain while their rows stay in L2 and lose once they do not
+// (docs/kernels/sm90.md, "Deterministic mode").
+inline int det_pair_group_log2(int64_t rows_per_pair, int64_t head_dim, int64_t pairs, int64_t budget_bytes) {
+  const int64_t pair_bytes = rows_per_pair * head_dim * (2 + 2 + 4);
+  for (int log2 : {3, 2, 1}) {
+    const int64_t group = int64_t{1} << log2;
+    if (pairs % group == 0 && pairs / group <= 65535 && pair_bytes > 0 && group * pair_bytes <= budget_bytes)
+      return log2;
+  }
+  return 0;
 }
 
 struct DqOrder {
