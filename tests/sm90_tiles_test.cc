@@ -3,7 +3,11 @@
 // loads as.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/tile_order.h"
 
 namespace tileattn::detail::sm90 {
 namespace {
@@ -54,6 +58,38 @@ TEST(Sm90Tiles, PagedBlocksLoadAsBoxesWithinOnePage) {
       EXPECT_EQ(box % 8, 0) << page;
       EXPECT_LE(block_n / box, 32) << page;  // one page index per producer lane
     }
+}
+
+// The tuning order lpt_tile (TileConfig::lpt_mib) names every (m-block, pair) once, takes each
+// section's pairs at one m-block before the next smaller one, and keeps to its section.
+TEST(Sm90Tiles, LongestFirstOrderIsAPermutation) {
+  for (int64_t m_blocks : {1, 3, 8})
+    for (int64_t pairs : {1, 5, 32})
+      for (int64_t section : {1, 3, 32, 64}) {
+        SCOPED_TRACE(std::to_string(m_blocks) + " m-blocks, " + std::to_string(pairs) +
+                     " pairs, sections of " + std::to_string(section));
+        std::vector<int> seen(m_blocks * pairs, 0);
+        int64_t last_section = 0, last_m = m_blocks;
+        for (int64_t tile = 0; tile < m_blocks * pairs; ++tile) {
+          const TileSlot s = lpt_tile(tile, m_blocks, pairs, section);
+          ASSERT_TRUE(s.m_block >= 0 && s.m_block < m_blocks && s.pair >= 0 && s.pair < pairs);
+          ++seen[s.pair * m_blocks + s.m_block];
+          const int64_t sec = s.pair / section;
+          ASSERT_GE(sec, last_section);                           // sections in order
+          if (sec == last_section) EXPECT_LE(s.m_block, last_m);  // longest first within one
+          last_section = sec, last_m = s.m_block;
+        }
+        for (int c : seen) EXPECT_EQ(c, 1);
+      }
+  EXPECT_EQ(lpt_tile(0, 4, 6, 4).m_block, 3);  // the first section's pairs 0-3 at their last m-block
+  EXPECT_EQ(lpt_tile(5, 4, 6, 4).pair, 1);     // then at m-block 2
+  EXPECT_EQ(lpt_tile(5, 4, 6, 4).m_block, 2);
+  EXPECT_EQ(lpt_tile(17, 4, 6, 4).pair, 5);  // the short last section: pairs 4, 5
+  EXPECT_EQ(lpt_tile(17, 4, 6, 4).m_block, 3);
+  EXPECT_EQ(lpt_section(24, 1 << 20, 100), 24);   // 24 pairs of 1 MiB
+  EXPECT_EQ(lpt_section(24, 1 << 20, 10), 10);    // no more than the pairs
+  EXPECT_EQ(lpt_section(1, 4 << 20, 10), 1);      // at least one
+  EXPECT_EQ(lpt_section(-1, 1 << 20, 100), 100);  // one section
 }
 
 }  // namespace

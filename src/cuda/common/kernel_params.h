@@ -60,6 +60,9 @@ struct KernelParams {
   float pre;         // kSoftcap: 2 log2(e) scale / softcap
   float post;        // the FFMA multiplier of exp2(t * post - m), > 0
   bool conditional;  // conditional rescaling (Rescale::kConditional)
+  // sm90 tuning order (TileConfig::lpt_mib): the (batch, head) pairs and the pairs a section
+  // (last, so the other fields keep their offsets in the kernels' parameter space).
+  int64_t order_pairs, order_section;
 };
 
 // pack (sm90's GQA packing, a power of two dividing the group): query heads per tile, whose

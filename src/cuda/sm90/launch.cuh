@@ -14,6 +14,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
+#include "cuda/sm90/tile_order.h"
 
 namespace tileattn::detail::sm90 {
 
@@ -68,6 +69,10 @@ void launch(const AttnParams& p, int pack, int splits) {
                                                                                    p.device_index);
   cuda::KernelParams params = cuda::make_kernel_params(p, kCfg.block_m(), pack, splits);
   params.page_box = static_cast<int>(kv_box);
+  if constexpr (kCfg.lpt_mib != 0) {  // a tuning order: sections of pairs whose K and V fit
+    params.order_pairs = params.m_blocks > 0 ? params.tiles / (params.m_blocks * splits) : 0;
+    params.order_section = lpt_section(kCfg.lpt_mib, 2 * p.seqlen_k * kCfg.head_dim * 2, params.order_pairs);
+  }
   if (kCfg.fast_handoff && params.tiles > 0x7fffffff)  // work_of's 32-bit decoding
     throw RuntimeError("sm90 tuning config fast_handoff: " + std::to_string(params.tiles) +
                        " tiles, 2^31 or more");

@@ -10,6 +10,7 @@
 #include "cuda/common/kernel_params.h"
 #include "cuda/sm90/barrier.cuh"
 #include "cuda/sm90/smem.cuh"
+#include "cuda/sm90/tile_order.h"
 
 namespace tileattn::detail::sm90 {
 
@@ -46,6 +47,7 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
   }
   w.group = static_cast<int32_t>(tile);
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
+  static_assert(!kCfg.fast_handoff || kCfg.lpt_mib == 0, "fast_handoff decodes the library's order only");
   int64_t m_block;
   if constexpr (kCfg.fast_handoff) {  // 32-bit divisions (TileConfig::fast_handoff)
     const uint32_t t = static_cast<uint32_t>(tile), mb = static_cast<uint32_t>(p.m_blocks);
@@ -54,6 +56,13 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
     w.b = static_cast<int32_t>(bh / heads);
     w.h = static_cast<int32_t>((bh - static_cast<uint32_t>(w.b) * heads) << p.pack_shift);
     w.hk = static_cast<int32_t>(static_cast<uint32_t>(w.h) / static_cast<uint32_t>(p.group));
+  } else if constexpr (kCfg.lpt_mib != 0) {  // longest first across pairs (TileConfig::lpt_mib)
+    const TileSlot slot = lpt_tile(tile, p.m_blocks, p.order_pairs, p.order_section);
+    const int64_t heads = p.heads_q >> p.pack_shift;
+    m_block = slot.m_block;
+    w.b = static_cast<int32_t>(slot.pair / heads);
+    w.h = static_cast<int32_t>((slot.pair % heads) << p.pack_shift);
+    w.hk = static_cast<int32_t>(w.h / p.group);
   } else {
     m_block = p.m_blocks - 1 - tile % p.m_blocks;
     const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;

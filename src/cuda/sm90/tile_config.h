@@ -43,6 +43,12 @@ struct TileConfig {
   // decoded in 32-bit arithmetic (work_of; the launch refuses 2^31 tiles or more). A tuning
   // variant: the hand-off between two tiles took ~1100 cycles a consumer (tune_sm90_fwd_probe).
   bool fast_handoff = false;
+  // Tiles taken longest first across (batch, head) pairs (tile_order.h, lpt_tile): every pair's
+  // last m-block, then every pair's one before it, ..., over sections of pairs whose K and V fit
+  // lpt_mib MiB of L2 (-1: all pairs in one section). 0: the library's order, one pair at a time.
+  // A tuning variant: a list-scheduling model of the causal sweep put the library's order's tail
+  // at 3-6% of a call at D = 128, L = 1k-8k (docs/kernels/sm90.md, "Persistent CTAs").
+  int lpt_mib = 0;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
