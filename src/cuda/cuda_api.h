@@ -36,7 +36,7 @@ void backward(const BackwardParams& b, bool sm90);  // a validated backward (sm9
 constexpr int64_t kSm90DqCapBytes = int64_t{1} << 30;
 int64_t set_sm90_backward_dq_cap(int64_t bytes);
 // Deterministic mode without a mask on the sm90 backward: the L2 bytes under which the launch
-// order interleaves (batch, KV head) pairs (sm90/bwd_order.h: det_pair_group); <= 0: never. By
+// order interleaves (batch, KV head) pairs (sm90/bwd_order.h: det_pair_group_log2); <= 0: never. By
 // default kSm90DetGroupL2Bytes: 0 until the grouped order's rule is measured on a GPU
 // (docs/kernels/sm90.md). Returns the budget it replaced.
 constexpr int64_t kSm90DetGroupL2Bytes = 0;

@@ -286,7 +286,7 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
 // Deterministic mode without a mask interleaves the key blocks of several (batch, KV head) pairs in
 // the launch order under an L2 budget (set_sm90_backward_det_budget; bwd_order.h:
 // det_pair_group_log2, grouped_tile): the same bits as the plain order, for groups of 2, 4 and 8
-// of 16 pairs, dense and packed.
+// of 16 pairs and of 8 (one group holding every pair: a grid of one row), dense and packed.
 TEST(CudaBackwardSm90, PairGroupsGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_available()) GTEST_SKIP() << "no sm90 kernel on this GPU";
@@ -294,26 +294,30 @@ TEST(CudaBackwardSm90, PairGroupsGiveTheSameBits) {
     int64_t budget = detail::cuda::set_sm90_backward_det_budget(0);  // the plain order: the reference
     ~Reset() { detail::cuda::set_sm90_backward_det_budget(budget); }
   } reset;
-  for (int64_t d : {64, 128, 256}) {
-    for (bool packed : {false, true}) {
-      Problem p = make(4, 150, 390, 8, 4, d, DType::kBFloat16);
-      if (packed)
-        p = test::varlen_problem(make(1, 0, 0, 8, 4, d, DType::kBFloat16), {150, 0, 97, 33},
-                                 {390, 5, 260, 70});
-      p.options.deterministic = true;
-      p.options.kernel = Kernel::kCudaSm90;
-      const BackwardCase bc(p);
-      const Grads plain = gpu_backward(bc, p.options);
-      const int64_t pairs = 4 * 4, pair_bytes = 2 * 150 * d * 8;  // 2 query heads' rows of Q, dO, fp32 dQ
-      for (int log2 : {1, 2, 3}) {
-        ASSERT_EQ(detail::sm90::det_pair_group_log2(2 * 150, d, pairs, pair_bytes << log2), log2);
-        detail::cuda::set_sm90_backward_det_budget(pair_bytes << log2);
-        EXPECT_TRUE(test::same_bits(gpu_backward(bc, p.options), plain))
-            << "D " << d << (packed ? " packed" : " dense") << ", " << (1 << log2) << " pairs interleaved";
+  for (int64_t batch : {4, 2})
+    for (int64_t d : {64, 128, 256})
+      for (bool packed : {false, true}) {
+        Problem p = make(batch, 150, 390, 8, 4, d, DType::kBFloat16);
+        if (packed)
+          p = batch == 4
+                  ? test::varlen_problem(make(1, 0, 0, 8, 4, d, DType::kBFloat16), {150, 0, 97, 33},
+                                         {390, 5, 260, 70})
+                  : test::varlen_problem(make(1, 0, 0, 8, 4, d, DType::kBFloat16), {150, 97}, {390, 260});
+        p.options.deterministic = true;
+        p.options.kernel = Kernel::kCudaSm90;
+        const BackwardCase bc(p);
+        const Grads plain = gpu_backward(bc, p.options);
+        const int64_t pairs = batch * 4,
+                      pair_bytes = 2 * 150 * d * 8;  // 2 query heads' rows of Q, dO, fp32 dQ
+        for (int log2 : {1, 2, 3}) {
+          ASSERT_EQ(detail::sm90::det_pair_group_log2(2 * 150, d, pairs, pair_bytes << log2), log2);
+          detail::cuda::set_sm90_backward_det_budget(pair_bytes << log2);
+          EXPECT_TRUE(test::same_bits(gpu_backward(bc, p.options), plain))
+              << "D " << d << (packed ? " packed" : " dense") << ", " << (1 << log2) << " of " << pairs
+              << " pairs interleaved";
+        }
+        detail::cuda::set_sm90_backward_det_budget(0);
       }
-      detail::cuda::set_sm90_backward_det_budget(0);
-    }
-  }
 }
 
 // Varlen and seqused batches on the sm90 backward (asked for; the default takes them too, but in

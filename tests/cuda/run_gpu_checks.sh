@@ -39,7 +39,7 @@ step build 600 "$OUT/build.log" cmake --build "$BUILD" -j "$JOBS" --target "${ta
 grep -E "spill|error" "$OUT/build.log" >"$OUT/build_warnings.log" || true
 
 if [ $status -eq 0 ]; then
-  step ctest 420 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 3 || status=1
+  step ctest 420 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure -j "${GPU_TEST_JOBS:-8}" || status=1
   for tool in memcheck racecheck synccheck; do
     step "sanitize-$tool" 240 "$OUT/sanitize_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 3 \
       "$BUILD/tests/cuda/sanitize_small" || status=1

@@ -384,7 +384,8 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
   const Smem sm{align_smem_1024(smem_raw)};
   int64_t linear = blockIdx.x;
   if constexpr (!Mask::kMasks && !kPersistent)
-    if (gridDim.y > 1) linear = grouped_tile(blockIdx.x, blockIdx.y, p.n_blocks, p.det_group_log2);
+    if (p.dq_order != nullptr && p.det_group_log2 > 0)  // launch_bwd's 2-D grid (also when y is 1)
+      linear = grouped_tile(blockIdx.x, blockIdx.y, p.n_blocks, p.det_group_log2);
   const BwdTile first = bwd_tile<Smem, Mask, kVarlen>(p, linear);
   if (first.n_block * Smem::kN >= first.seq.len_k) return;  // past this sequence's keys: nothing to write
 

@@ -24,7 +24,8 @@ TILEATTN_HD TileSlot lpt_tile(int64_t tile, int64_t m_blocks, int64_t pairs, int
 }
 
 // Pairs a section under TileConfig::lpt_mib: as many whose K and V (kv_bytes each) fit mib MiB,
-// at least one; mib < 0: every pair in one section.
+// at least one; mib < 0: every pair in one section. Under GQA without packing, pairs of one KV
+// head share its K and V, so the sections come out smaller than the budget allows.
 inline int64_t lpt_section(int mib, int64_t kv_bytes, int64_t pairs) {
   if (mib < 0 || kv_bytes <= 0) return pairs > 0 ? pairs : 1;
   const int64_t fit = (int64_t{mib} << 20) / kv_bytes;
