@@ -15,10 +15,6 @@ void tune_d128(const Buffers& b, bool causal) {
   // second Q buffer and the deferred store wait too.
   time_one<Cfg<handoff(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
   time_one<Cfg<handoff(two_q(defer_store(persistent(cfg(128, 128, 2, 2)))))>>(b, causal);
-  // Tiles longest first across the pairs, in sections whose K and V fit 24 MiB of L2, and in one
-  // section; the first with the second Q buffer and the deferred store wait too.
-  time_one<Cfg<lpt(persistent(cfg(128, 128, 2, 2)), 24)>>(b, causal);
-  time_one<Cfg<lpt(persistent(cfg(128, 128, 2, 2)), -1)>>(b, causal);
-  time_one<Cfg<lpt(two_q(defer_store(persistent(cfg(128, 128, 2, 2)))), 24)>>(b, causal);
+  // Tile orders, L2 hints and block_n 176 with persistent CTAs: tune_sm90_order.cu.
 }
 }  // namespace tileattn::sm90_tune

@@ -19,10 +19,6 @@ void tune_d64(const Buffers& b, bool causal) {
   // second Q buffer and the deferred store wait too.
   time_one<Cfg<handoff(skip(persistent(cfg(64, 128, 2, 3))))>>(b, causal);
   time_one<Cfg<handoff(two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3))))))>>(b, causal);
-  // Tiles longest first across the pairs, in sections whose K and V fit 24 MiB of L2, and in one
-  // section; the first with the second Q buffer and the deferred store wait too.
-  time_one<Cfg<lpt(skip(persistent(cfg(64, 128, 2, 3))), 24)>>(b, causal);
-  time_one<Cfg<lpt(skip(persistent(cfg(64, 128, 2, 3))), -1)>>(b, causal);
-  time_one<Cfg<lpt(two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3))))), 24)>>(b, causal);
+  // Tile orders and L2 hints: tune_sm90_order.cu.
 }
 }  // namespace tileattn::sm90_tune

@@ -82,7 +82,11 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
       mbarrier_arrive_expect_tx(full, kCfg.kv_bytes());
       if (!pages)
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
+          if constexpr (Cfg::kCfg.l2_hints)  // a tuning variant: the pair's K and V kept in L2
+            tma_load_4d_hint(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch,
+                             l2_evict_last());
+          else
+            tma_load_4d(dst + c * kCfg.block_n * 128, tm, full, 64 * c, w.hk, key, batch);
     }
     __syncwarp();  // the stage is free and its bytes expected: each lane issues its box
     if (lane < boxes) {
@@ -108,9 +112,14 @@ __device__ __forceinline__ void produce_tile(const Smem<Cfg>& sm, const KernelPa
     if (lane == 0) {
       mbarrier_arrive_expect_tx(sm.q_full(qb), Cfg::kCfg.q_bytes());
       const int32_t q_batch = p.seqs.cu_q ? 0 : w.b;
+      const int32_t q_head = w.h >> p.pack_shift, q_row = w.q_start + (w.m0 >> p.pack_shift);
       for (int c = 0; c < kChunks; ++c)
-        tma_load_5d(sm.q(qb) + c * Cfg::kCfg.block_m() * 128, tm_q, sm.q_full(qb), 64 * c, 0,
-                    w.h >> p.pack_shift, w.q_start + (w.m0 >> p.pack_shift), q_batch);
+        if constexpr (Cfg::kCfg.l2_hints)  // a tuning variant: Q, read once, evicted first
+          tma_load_5d_hint(sm.q(qb) + c * Cfg::kCfg.block_m() * 128, tm_q, sm.q_full(qb), 64 * c, 0, q_head,
+                           q_row, q_batch, l2_evict_first());
+        else
+          tma_load_5d(sm.q(qb) + c * Cfg::kCfg.block_m() * 128, tm_q, sm.q_full(qb), 64 * c, 0, q_head, q_row,
+                      q_batch);
     }
   };
   if constexpr (kCfg.q_buffers > 1) {

@@ -49,6 +49,9 @@ struct TileConfig {
   // A tuning variant: a list-scheduling model of the causal sweep put the library's order's tail
   // at 3-6% of a call at D = 128, L = 1k-8k (docs/kernels/sm90.md, "Persistent CTAs").
   int lpt_mib = 0;
+  // Dense K and V loads with an L2 evict-last hint (every m-block of a pair reads them) and Q's
+  // with evict-first (read once). A tuning variant; evict-first K and V slowed decoding by 3-5%.
+  bool l2_hints = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
