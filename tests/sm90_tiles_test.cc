@@ -75,8 +75,10 @@ TEST(Sm90Tiles, LongestFirstOrderIsAPermutation) {
           ASSERT_TRUE(s.m_block >= 0 && s.m_block < m_blocks && s.pair >= 0 && s.pair < pairs);
           ++seen[s.pair * m_blocks + s.m_block];
           const int64_t sec = s.pair / section;
-          ASSERT_GE(sec, last_section);                           // sections in order
-          if (sec == last_section) EXPECT_LE(s.m_block, last_m);  // longest first within one
+          ASSERT_GE(sec, last_section);  // sections in order
+          if (sec == last_section) {
+            EXPECT_LE(s.m_block, last_m);  // longest first within one
+          }
           last_section = sec, last_m = s.m_block;
         }
         for (int c : seen) EXPECT_EQ(c, 1);
