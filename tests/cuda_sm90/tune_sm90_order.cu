@@ -4,7 +4,8 @@
 namespace tileattn::sm90_tune {
 // Tiles longest first across the pairs (TileConfig::lpt_mib, tile_order.h): in sections whose K
 // and V fit 24 or 32 MiB of L2 and in one section; 24 MiB with the second Q buffer and the
-// deferred store wait too. Then K and V loaded evict-last in L2 and Q evict-first (l2_hints).
+// deferred store wait too. Then K and V loaded evict-last in L2 and Q evict-first (l2_hints), and
+// Q's buffer freed after the last S GEMM (early_q_release).
 void tune_d64_order(const Buffers& b, bool causal) {
   constexpr TileConfig kLib = skip(persistent(cfg(64, 128, 2, 3)));  // the library's
   time_one<Cfg<lpt(kLib, 24)>>(b, causal);
@@ -12,6 +13,7 @@ void tune_d64_order(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, -1)>>(b, causal);
   time_one<Cfg<lpt(two_q(defer_store(kLib)), 24)>>(b, causal);
   time_one<Cfg<l2_hints(kLib)>>(b, causal);
+  time_one<Cfg<early_q(kLib)>>(b, causal);
 }
 // The same at D = 128, and block_n 176 with persistent CTAs (O then staged in Q's rows), with
 // and without ping-pong: 176 ran at 1.01x the library's 128 at 8k before persistent CTAs
@@ -23,6 +25,7 @@ void tune_d128_order(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, -1)>>(b, causal);
   time_one<Cfg<lpt(two_q(defer_store(kLib)), 24)>>(b, causal);
   time_one<Cfg<l2_hints(kLib)>>(b, causal);
+  time_one<Cfg<early_q(kLib)>>(b, causal);
   time_one<Cfg<persistent(cfg(128, 176, 2, 2))>>(b, causal);
   time_one<Cfg<no_pingpong(persistent(cfg(128, 176, 2, 2)))>>(b, causal);
 }

@@ -52,6 +52,10 @@ struct TileConfig {
   // Dense K and V loads with an L2 evict-last hint (every m-block of a pair reads them) and Q's
   // with evict-first (read once). A tuning variant; evict-first K and V slowed decoding by 3-5%.
   bool l2_hints = false;
+  // Persistent CTAs with O apart: a consumer frees Q's buffer once its last S GEMM is in, not
+  // after its last P V, so the next tile's Q loads under the last P V and the epilogue (FA3
+  // frees it there). A tuning variant.
+  bool early_q_release = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
