@@ -106,23 +106,19 @@ void backward_sm90(const BackwardParams& b, const sm80::BwdKernelParams& k, cuda
 #endif
 }  // namespace
 
+// The two knobs: a value <= 0 sets 0 (none); each returns the one it replaced (0 without the
+// sm90 backward).
+#if defined(TILEATTN_SM90_BACKWARD)
 int64_t set_sm90_backward_det_budget(int64_t bytes) {
-#if defined(TILEATTN_SM90_BACKWARD)
-  return g_sm90_det_budget.exchange(bytes > 0 ? bytes : 0);
-#else
-  (void)bytes;
-  return 0;
-#endif
+  return g_sm90_det_budget.exchange(std::max<int64_t>(bytes, 0));
 }
-
 int64_t set_sm90_backward_dq_cap(int64_t bytes) {
-#if defined(TILEATTN_SM90_BACKWARD)
-  return g_sm90_dq_cap.exchange(bytes > 0 ? bytes : 0);
-#else
-  (void)bytes;
-  return 0;
-#endif
+  return g_sm90_dq_cap.exchange(std::max<int64_t>(bytes, 0));
 }
+#else
+int64_t set_sm90_backward_det_budget(int64_t) { return 0; }
+int64_t set_sm90_backward_dq_cap(int64_t) { return 0; }
+#endif
 
 void backward(const BackwardParams& b, bool sm90) {
   const AttnParams& p = b.fwd;

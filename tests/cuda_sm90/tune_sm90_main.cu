@@ -24,9 +24,15 @@ int main(int argc, char** argv) {
     buf.B = 16384 / L, buf.Lq = buf.Lk = L;
     for (bool causal : {false, true}) {
       buf.Hq = buf.Hkv = 2048 / 64;
-      if (wanted(64)) tune_d64(buf, causal), tune_d64_order(buf, causal);
+      if (wanted(64)) {
+        tune_d64(buf, causal);
+        tune_d64_order(buf, causal);
+      }
       buf.Hq = buf.Hkv = 2048 / 128;
-      if (wanted(128)) tune_d128(buf, causal), tune_d128_order(buf, causal);
+      if (wanted(128)) {
+        tune_d128(buf, causal);
+        tune_d128_order(buf, causal);
+      }
       buf.Hq = buf.Hkv = 2048 / 256;
       if (wanted(256)) tune_d256(buf, causal);
     }

@@ -56,16 +56,16 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
     w.b = static_cast<int32_t>(bh / heads);
     w.h = static_cast<int32_t>((bh - static_cast<uint32_t>(w.b) * heads) << p.pack_shift);
     w.hk = static_cast<int32_t>(static_cast<uint32_t>(w.h) / static_cast<uint32_t>(p.group));
-  } else if constexpr (kCfg.lpt_mib != 0) {  // longest first across pairs (TileConfig::lpt_mib)
-    const TileSlot slot = lpt_tile(tile, p.m_blocks, p.order_pairs, p.order_section);
-    const int64_t heads = p.heads_q >> p.pack_shift;
-    m_block = slot.m_block;
-    w.b = static_cast<int32_t>(slot.pair / heads);
-    w.h = static_cast<int32_t>((slot.pair % heads) << p.pack_shift);
-    w.hk = static_cast<int32_t>(w.h / p.group);
   } else {
-    m_block = p.m_blocks - 1 - tile % p.m_blocks;
-    const int64_t bh = tile / p.m_blocks, heads = p.heads_q >> p.pack_shift;
+    int64_t bh;
+    if constexpr (kCfg.lpt_mib != 0) {  // longest first across pairs (TileConfig::lpt_mib)
+      const TileSlot slot = lpt_tile(tile, p.m_blocks, p.order_pairs, p.order_section);
+      m_block = slot.m_block, bh = slot.pair;
+    } else {
+      m_block = p.m_blocks - 1 - tile % p.m_blocks;
+      bh = tile / p.m_blocks;
+    }
+    const int64_t heads = p.heads_q >> p.pack_shift;
     w.b = static_cast<int32_t>(bh / heads);
     w.h = static_cast<int32_t>((bh % heads) << p.pack_shift);
     w.hk = static_cast<int32_t>(w.h / p.group);

@@ -27,9 +27,10 @@ TILEATTN_HD TileSlot lpt_tile(int64_t tile, int64_t m_blocks, int64_t pairs, int
 // at least one; mib < 0: every pair in one section. Under GQA without packing, pairs of one KV
 // head share its K and V, so the sections come out smaller than the budget allows.
 inline int64_t lpt_section(int mib, int64_t kv_bytes, int64_t pairs) {
-  if (mib < 0 || kv_bytes <= 0) return pairs > 0 ? pairs : 1;
+  const int64_t all = pairs > 0 ? pairs : 1;
+  if (mib < 0 || kv_bytes <= 0) return all;
   const int64_t fit = (int64_t{mib} << 20) / kv_bytes;
-  return fit < 1 ? 1 : fit < pairs ? fit : (pairs > 0 ? pairs : 1);
+  return fit < 1 ? 1 : fit < all ? fit : all;
 }
 
 }  // namespace tileattn::detail::sm90
