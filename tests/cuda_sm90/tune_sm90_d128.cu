@@ -7,7 +7,8 @@ void tune_d128(const Buffers& b, bool causal) {
   // Without ping-pong, and with each consumer skipping the causal tile's blocks past its rows.
   time_one<Cfg<no_pingpong(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
   time_one<Cfg<skip(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
-  // Q in two buffers (226 KiB of shared memory), with the O store's wait deferred too.
+  // Q in two buffers (226 KiB of shared memory), with the O store's wait deferred too (the
+  // library's).
   time_one<Cfg<two_q(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
   time_one<Cfg<two_q(defer_store(persistent(cfg(128, 128, 2, 2))))>>(b, causal);
   // Each tile's epilogue under the next tile's first S GEMM: 0.92-1.02x (937cd47).

@@ -121,17 +121,18 @@ struct TileConfig {
 // - A second Q buffer with the O store's read waited for at the next epilogue (q_buffers = 2,
 //   defer_store_wait) ran at 1.02-1.05x at L = 512, 1.00-1.02x at 1k and 0.995-1.02x from 2k on
 //   at D = 64 and 128, two runs on an H100 (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt,
-//   outputs the same bits as the default's). Not the default until the GPU tests have run on it.
+//   outputs the same bits as the default's): the dense default. The serving kernels keep one
+//   Q buffer (their tiles are few and their time is K and V's stream).
 //   Storing O under the next tile's first S GEMM instead (tried at 937cd47, removed) ran at
 //   0.87-1.02x: the store's ~2000 cycles then delayed that tile's first softmax and turns.
 constexpr TileConfig tile_config(int head_dim) {
-  if (head_dim <= 64) {
-    TileConfig c{64, 128, 2, 3, true, true};
-    c.skip_masked_tail = true;
-    return c;
-  }
-  if (head_dim <= 128) return TileConfig{128, 128, 2, 2, true, true};
-  return TileConfig{256, 80, 2, 2, true, false};
+  if (head_dim > 128) return TileConfig{256, 80, 2, 2, true, false};
+  TileConfig c =
+      head_dim <= 64 ? TileConfig{64, 128, 2, 3, true, true} : TileConfig{128, 128, 2, 2, true, true};
+  c.skip_masked_tail = head_dim <= 64;
+  c.q_buffers = 2;
+  c.defer_store_wait = true;
+  return c;
 }
 
 // GQA packing: the query heads of one KV head that share a tile, each tile row a (position,
@@ -175,6 +176,7 @@ constexpr bool gathers_pages(long long page_size, bool left_padded, int block_n)
 // the V warps 2504.
 constexpr TileConfig serving_tile_config(int head_dim) {
   TileConfig c = tile_config(head_dim);
+  c.q_buffers = 1, c.defer_store_wait = false;
   if (head_dim > 64 && head_dim <= 128) c.v_by_warps = true;
   return c;
 }
