@@ -227,6 +227,32 @@ def test_varlen_gradients_match_each_sequence_alone():
             torch.testing.assert_close(x.grad[s], part.grad[0], rtol=1e-5, atol=1e-5)
 
 
+def test_eager_training_skips_the_dispatcher_with_the_ops_bits():
+    # Eager autograd calls take one autograd.Function (host time); torch.compile takes the ops.
+    q, k, v = torch_qkv((2, 37, 45, 4, 2, 24), torch.bfloat16)
+    cu_q, cu_k = torch.tensor([0, 30, 74], dtype=torch.int32), torch.tensor([0, 45, 90], dtype=torch.int32)
+    qp, kp, vp = (x.detach().reshape(-1, *x.shape[2:])[:n].requires_grad_() for x, n in ((q, 74), (k, 90), (v, 90)))
+    for with_lse in (False, True):
+        calls = [
+            ((q, k, v), lambda q, k, v: tileattn.attention(q, k, v, causal=True, return_lse=True),
+             lambda q, k, v: torch.ops.tileattn.attention(q, k, v, True, None, -1, -1, 0.0, "auto", 0, True)),
+            ((qp, kp, vp),
+             lambda q, k, v: tileattn.attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=44, max_seqlen_k=45, causal=True,
+                                                       return_lse=True),
+             lambda q, k, v: torch.ops.tileattn.varlen_attention(q, k, v, cu_q, cu_k, None, None, 44, 45, True, None,
+                                                                 -1, -1, 0.0, "auto", 0, True)),
+        ]
+        for inputs, eager, op in calls:
+            outs = eager(*inputs)
+            assert type(outs[0].grad_fn).__name__ == "_EagerAttentionBackward"
+            weights = [torch.randn(o.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+                       for o in outs][: 2 if with_lse else 1]
+            got = autograd_grads(lambda *x: eager(*x), inputs, weights)
+            want = autograd_grads(lambda *x: op(*x), inputs, weights)
+            for g, w in zip(got, want):
+                assert torch.equal(g, w)
+
+
 def test_varlen_rows_past_seqused_get_zero_gradient():
     q = torch.randn(2, 30, 2, 16).requires_grad_()
     k = torch.randn(2, 30, 2, 16).requires_grad_()
