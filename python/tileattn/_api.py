@@ -15,8 +15,20 @@ _LAYOUT_Q = "4 dims [batch, seqlen, heads, head_dim]"
 _KERNELS = ("auto", "cpu", "sm80", "sm90")
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _check_options(causal, scale, window, softcap, kernel="auto", num_splits=0):
     """Type checks of the keyword options (values are checked by the core, which names them)."""
+    # Options of the exact types the defaults have pass here without the general checks below
+    # (a few microseconds a call; the rules are the same).
+    if (type(causal) is bool and type(num_splits) is int and type(kernel) is str and type(softcap) is float
+            and type(window) is tuple and len(window) == 2 and type(window[0]) is int and type(window[1]) is int
+            and (scale is None or (type(scale) is float and abs(scale) <= _FLOAT32_MAX))
+            and kernel in _KERNELS and -(2**31) <= num_splits < 2**31
+            and -(2**63) <= window[0] < 2**63 and -(2**63) <= window[1] < 2**63):
+        return dict(causal=causal, scale=scale, window_left=window[0], window_right=window[1], softcap=softcap,
+                    kernel=kernel, num_splits=num_splits)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
         raise argument_error(
             TypeError, "num_splits", f"expected an int, got {_arrays.type_name(num_splits)} {num_splits!r}"
@@ -57,7 +69,7 @@ def _check_options(causal, scale, window, softcap, kernel="auto", num_splits=0):
         raise argument_error(
             TypeError, "softcap", f"expected a float, got {_arrays.type_name(softcap)} {softcap!r}"
         )
-    if scale is not None and math.isfinite(scale) and abs(scale) > float(np.finfo(np.float32).max):
+    if scale is not None and math.isfinite(scale) and abs(scale) > _FLOAT32_MAX:
         raise argument_error(ValueError, "scale", f"{scale!r} overflows float32, the precision it is used in")
     return dict(
         causal=bool(causal),
@@ -173,9 +185,9 @@ def attention(
     """
     options = _check_options(causal, scale, window, softcap, kernel, num_splits)
     if _arrays.kind_of(q, "q") == "torch":
-        _check_arrays(q, k, v, _arrays.WORKING_DTYPES)
         from . import torch as tileattn_torch
 
+        tileattn_torch._check_torch_arrays(q, k, v)
         return tileattn_torch._call_op(q, k, v, options, return_lse, deterministic)
     return _run(_C.forward, q, k, v, options, return_lse)
 

@@ -95,8 +95,8 @@ def _backward_fake(dout, q, k, v, out, lse, dlse, causal, scale, window_left, wi
 
 def _new_grads(q, k, v, zero=False):
     """dq, dk, dv: new contiguous tensors shaped like q, k, v (zeros when rows may stay unwritten)."""
-    new = torch.zeros if zero else torch.empty
-    return tuple(new(x.shape, dtype=q.dtype, device=q.device) for x in (q, k, v))
+    new = torch.zeros_like if zero else torch.empty_like
+    return tuple(new(x, dtype=q.dtype, memory_format=torch.contiguous_format) for x in (q, k, v))
 
 
 _NO_INDEX = (None, None, None, None)
@@ -200,10 +200,23 @@ def _needs_op(q, k, v):
     dispatch overhead (tens of microseconds) and compute lse only when asked."""
     if torch.compiler.is_compiling():
         return True
-    tensors = (q, k, v)
-    if any(type(t) is not torch.Tensor for t in tensors):
+    tensor = torch.Tensor
+    if type(q) is not tensor or type(k) is not tensor or type(v) is not tensor:
         return True
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+_WORKING_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_torch_arrays(q, k, v):
+    """_api._check_arrays for torch tensors, with plain tensors of a working dtype and rank 4
+    answered without the general checks (which name the argument at fault)."""
+    tensor = torch.Tensor
+    if (type(q) is tensor and type(k) is tensor and type(v) is tensor and q.dtype in _WORKING_DTYPES
+            and k.dtype in _WORKING_DTYPES and v.dtype in _WORKING_DTYPES and q.dim() == 4):
+        return
+    _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
 
 
 def current_stream(t):
@@ -216,9 +229,12 @@ def current_stream(t):
 def _forward_plain(q, k, v, options, return_lse):
     """The forward on plain torch tensors (q, k and v checked): outputs from torch.empty on q's
     device, the work on its current stream. This is the whole host path of an eager call."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device) if return_lse else None
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse:
+        batch, seqlen_q, heads_q, _ = q.shape
+        lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    else:
+        lse = None
     _C.forward(q, k, v, out, lse, **options, stream=current_stream(q))
     return out, lse
 
@@ -436,7 +452,7 @@ def attention(
     tensor; on CUDA the op runs on ``torch.cuda.current_stream()``.
     """
     options = _api._check_options(causal, scale, window, softcap, kernel, num_splits)
-    _api._check_arrays(q, k, v, _arrays.WORKING_DTYPES)
+    _check_torch_arrays(q, k, v)
     return _call_op(q, k, v, options, return_lse, deterministic)
 
 
