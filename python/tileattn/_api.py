@@ -174,9 +174,9 @@ def attention(
     dtypes are float32, float16 and bfloat16 (NumPy bfloat16 is ``ml_dtypes.bfloat16``);
     accumulation is float32. On CUDA the work is queued on the caller's current stream
     (``torch.cuda.current_stream()``, ``cupy.cuda.get_current_stream()``) and not waited for.
-    torch tensors go through the custom op ``torch.ops.tileattn.attention`` (see
-    ``tileattn.torch``), so this works under ``torch.compile`` and trains: autograd computes
-    the gradients with :func:`tileattn.attention_backward` (q, k, v, out and lse saved, never P).
+    torch tensors go through the custom op ``torch.ops.tileattn.attention`` under
+    ``torch.compile`` (see ``tileattn.torch``), and the calls train: autograd computes the
+    gradients with :func:`tileattn.attention_backward` (q, k, v, out and lse saved, never P).
 
     Raises:
         TypeError: an argument is not an array, or of an unsupported dtype, or of the wrong type.

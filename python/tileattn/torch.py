@@ -4,8 +4,10 @@
 Importing this module needs torch (``tileattn.attention`` imports it by itself when it first sees
 a torch tensor). The ops are registered with ``torch.library.custom_op``, with fake (meta)
 implementations and ``register_autograd``, so they train, run under ``torch.compile`` and pass
-``torch.library.opcheck``. For the backward they save q, k, v, out and lse (never P): when
-autograd records a call the forward computes its LSE too. The gradient of a returned lse
+``torch.library.opcheck``; eager calls that autograd records skip them for one
+``torch.autograd.Function`` with the same forward and backward (host time). For the backward
+they save q, k, v, out and lse (never P): when autograd records a call the forward computes its
+LSE too. The gradient of a returned lse
 (``return_lse=True`` used in the loss) flows back as well. ``deterministic`` follows
 ``torch.use_deterministic_algorithms``.
 

@@ -237,8 +237,8 @@ def test_eager_training_skips_the_dispatcher_with_the_ops_bits():
             ((q, k, v), lambda q, k, v: tileattn.attention(q, k, v, causal=True, return_lse=True),
              lambda q, k, v: torch.ops.tileattn.attention(q, k, v, True, None, -1, -1, 0.0, "auto", 0, True)),
             ((qp, kp, vp),
-             lambda q, k, v: tileattn.attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=44, max_seqlen_k=45, causal=True,
-                                                       return_lse=True),
+             lambda q, k, v: tileattn.attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=44, max_seqlen_k=45,
+                                                       causal=True, return_lse=True),
              lambda q, k, v: torch.ops.tileattn.varlen_attention(q, k, v, cu_q, cu_k, None, None, 44, 45, True, None,
                                                                  -1, -1, 0.0, "auto", 0, True)),
         ]
