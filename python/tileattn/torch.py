@@ -155,18 +155,21 @@ class _EagerAttention(torch.autograd.Function):
     which short GPU calls would wait on). torch.compile and tensor subclasses keep the ops."""
 
     @staticmethod
-    def forward(ctx, q, k, v, index, max_q, max_k, options, return_lse, deterministic, check_indices):
+    def forward(q, k, v, index, max_q, max_k, options, return_lse, deterministic, check_indices):
         if index is None:
-            out, lse = _forward_plain(q, k, v, options, True)
-        else:
-            out, lse = _varlen_plain(q, k, v, index, max_q, max_k, options, True, check_indices)
+            return _forward_plain(q, k, v, options, True)
+        return _varlen_plain(q, k, v, index, max_q, max_k, options, True, check_indices)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # apart from forward: torch.func.grad takes it too
+        q, k, v, index, max_q, max_k, options, return_lse, deterministic, _ = inputs
+        out, lse = output
         ctx.save_for_backward(q, k, v, out, lse, *(index or ()))
         ctx.args = (index is not None, max_q, max_k, {n: options[n] for n in _BACKWARD_OPTIONS}, deterministic)
         ctx.lse_is_output = return_lse
         ctx.set_materialize_grads(False)
         if not return_lse:
             ctx.mark_non_differentiable(lse)
-        return out, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
