@@ -161,7 +161,7 @@ class _EagerAttention(torch.autograd.Function):
         return _varlen_plain(q, k, v, index, max_q, max_k, options, True, check_indices)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):  # apart from forward: torch.func.grad takes it too
+    def setup_context(ctx, inputs, output):
         q, k, v, index, max_q, max_k, options, return_lse, deterministic, _ = inputs
         out, lse = output
         ctx.save_for_backward(q, k, v, out, lse, *(index or ()))
@@ -179,9 +179,20 @@ class _EagerAttention(torch.autograd.Function):
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         dlse = grad_lse if ctx.lse_is_output else None
+        deterministic = _deterministic(deterministic)
+        o = options
+        if torch.compiler.is_compiling():  # compiled autograd traces the backward: the ops
+            if varlen:
+                grads = _varlen_backward_op(grad_out, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"],
+                                            o["scale"], o["window_left"], o["window_right"], o["softcap"],
+                                            deterministic)
+            else:
+                grads = _backward_op(grad_out, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"],
+                                     o["window_right"], o["softcap"], deterministic)
+            return tuple(grads) + (None,) * 7
         index = tuple(index) if varlen else _NO_INDEX
-        grads = _backward_plain(grad_out, q, k, v, out, lse, dlse, index, max_q, max_k, options,
-                                _deterministic(deterministic), varlen)
+        grads = _backward_plain(grad_out, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic,
+                                varlen)
         return grads + (None,) * 7
 
 
@@ -189,9 +200,10 @@ _BACKWARD_OPTIONS = ("causal", "scale", "window_left", "window_right", "softcap"
 
 
 def _eager_training(q, k, v):
-    """Whether autograd records this eager call on plain tensors (_EagerAttention takes it)."""
-    return (not torch.compiler.is_compiling() and all(type(t) is torch.Tensor for t in (q, k, v))
-            and _records_grad(q, k, v))
+    """Whether autograd records this eager call on plain CPU or CUDA tensors with no dispatch mode
+    active (_EagerAttention takes it; the op stays visible to modes such as selective activation
+    checkpointing and FLOP counters, and takes meta tensors to its fake kernel)."""
+    return not _needs_op(q, k, v, grad=False) and _records_grad(q, k, v)
 
 
 def _records_grad(q, k, v):
@@ -199,16 +211,18 @@ def _records_grad(q, k, v):
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-def _needs_op(q, k, v):
-    """Whether the call must go through the dispatcher: under torch.compile, when autograd
-    records it, or for tensor subclasses (fake, meta, ...). Plain eager calls skip the op's
-    dispatch overhead (tens of microseconds) and compute lse only when asked."""
-    if torch.compiler.is_compiling():
+def _needs_op(q, k, v, grad=True):
+    """Whether the call must go through the dispatcher (or, with grad, autograd): under
+    torch.compile, for tensor subclasses (fake tensors, ...) and meta tensors, under a dispatch
+    mode (FLOP counters, selective activation checkpointing), and when autograd records it.
+    Plain eager calls skip the op's dispatch overhead (tens of microseconds) and compute lse only
+    when asked."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return True
     tensor = torch.Tensor
-    if type(q) is not tensor or type(k) is not tensor or type(v) is not tensor:
+    if type(q) is not tensor or type(k) is not tensor or type(v) is not tensor or q.is_meta:
         return True
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return grad and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
 _WORKING_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -232,8 +246,8 @@ def current_stream(t):
 
 
 def _forward_plain(q, k, v, options, return_lse):
-    """The forward on plain torch tensors (q, k and v checked): outputs from torch.empty on q's
-    device, the work on its current stream. This is the whole host path of an eager call."""
+    """The forward on plain torch tensors (q, k and v checked): new outputs on q's device, the
+    work on its current stream. This is the whole host path of an eager call."""
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse:
         batch, seqlen_q, heads_q, _ = q.shape

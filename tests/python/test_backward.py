@@ -253,6 +253,29 @@ def test_eager_training_skips_the_dispatcher_with_the_ops_bits():
                 assert torch.equal(g, w)
 
 
+def test_meta_tensors_and_dispatch_modes_see_the_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    for grad in (False, True):
+        q = torch.empty(2, 9, 4, 16, device="meta", requires_grad=grad)
+        out = tileattn.attention(q, q, q, causal=True)
+        assert out.device.type == "meta" and out.shape == q.shape
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = torch_qkv((1, 9, 9, 2, 2, 16), torch.float32)
+    with Ops() as mode:
+        tileattn.attention(q, k, v).sum().backward()
+    assert {"tileattn.attention", "tileattn.attention_backward"} <= mode.seen, mode.seen
+
+
 def test_varlen_rows_past_seqused_get_zero_gradient():
     q = torch.randn(2, 30, 2, 16).requires_grad_()
     k = torch.randn(2, 30, 2, 16).requires_grad_()

@@ -121,8 +121,10 @@ struct TileConfig {
 // - A second Q buffer with the O store's read waited for at the next epilogue (q_buffers = 2,
 //   defer_store_wait) ran at 1.02-1.05x at L = 512, 1.00-1.02x at 1k and 0.995-1.02x from 2k on
 //   at D = 64 and 128, two runs on an H100 (bench/results/tune_sm90_h100_2026-12-06_937cd47.txt,
-//   outputs the same bits as the default's): the dense default. The serving kernels keep one
-//   Q buffer (their tiles are few and their time is K and V's stream).
+//   outputs the same bits as the default's): the default at D = 64 and 128, so also for the
+//   varlen, paged and split kernels built from tile_config (the GPU tests and sanitizers passed on
+//   them at 4893de3; their speed with it is not yet timed). The long-decode config
+//   (serving_tile_config at D = 128) keeps one Q buffer: its tiles are few, its time K and V's.
 //   Storing O under the next tile's first S GEMM instead (tried at 937cd47, removed) ran at
 //   0.87-1.02x: the store's ~2000 cycles then delayed that tile's first softmax and turns.
 constexpr TileConfig tile_config(int head_dim) {
