@@ -8,7 +8,8 @@
 // whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
-// stages them in shared memory) at 64 and 128; and without a mask deterministic mode in the library's
+// stages them in shared memory) and each step's dQ GEMM issued before its dK GEMM
+// (BwdTuning::kDqFirst) at 64 and 128; and without a mask deterministic mode in the library's
 // plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
 // (BwdParams::det_group_log2), each over the fast kernel. Their gradients are checked first against the
 // library kernel's, poisoned before each run (agrees), on these shapes and on windows with Lq != Lk over
@@ -34,6 +35,8 @@
 // and 128), and its timeline.
 void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
                        const tileattn::detail::sm90::BwdParams& kp);
+void bwd_dq_first_kernel(const tileattn::detail::BackwardParams& b,
+                         const tileattn::detail::sm90::BwdParams& kp);
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
                   int steps, bool direct, void* flush, size_t flush_bytes);
 
@@ -70,7 +73,7 @@ struct Shape {
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
-enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
+enum class Variant { kLibrary, kPersistent, kDirect, kGrouped, kDqFirst };  // kDqFirst: D = 64 and 128
 // kGrouped: deterministic mode without a mask with the key blocks of 2^g_pair_group_log2 (batch, KV
 // head) pairs interleaved in the launch order (the library's kernel, BwdParams::det_group_log2;
 // the library picks it by det_pair_group_log2): the same bits as the plain order.
@@ -125,6 +128,7 @@ struct Path {
       return sm90::backward(b, order);
     }
     if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
+    if (variant == Variant::kDqFirst) return bwd_dq_first_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
@@ -247,15 +251,20 @@ int main(int argc, char** argv) {
     for (Shape sh : checks) {
       sh.D = D;
       forward_of(m, sh);
-      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1}) {  // -1: dK and dV stored straight (D = 64 and 128)
+      // -1: dK and dV stored straight, -2: dQ before dK (D = 64 and 128)
+      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1, -2}) {
         if (ctas < 0 && D == 256) continue;
-        const bool ok =
-            agrees(m, sh, ctas < 0 ? Variant::kDirect : Variant::kPersistent, ctas, &first, &again);
+        const Variant v = ctas == -1   ? Variant::kDirect
+                          : ctas == -2 ? Variant::kDqFirst
+                                       : Variant::kPersistent;
+        const bool ok = agrees(m, sh, v, ctas, &first, &again);
         failed |= !ok;
         if (!ok)
           std::printf("FAILED: %s at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
-                      ctas < 0 ? "direct dK / dV" : "persistent", static_cast<long long>(D),
-                      static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
+                      ctas == -1   ? "direct dK / dV"
+                      : ctas == -2 ? "dQ before dK"
+                                   : "persistent",
+                      static_cast<long long>(D), static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
                       static_cast<long long>(sh.Lk), static_cast<long long>(sh.H),
                       static_cast<long long>(sh.left), static_cast<long long>(sh.right),
                       static_cast<long long>(ctas));
@@ -274,17 +283,20 @@ int main(int argc, char** argv) {
                     static_cast<long long>(D), 1 << log2);
     }
   std::printf(
-      "persistent walk, direct dK / dV stores and the grouped deterministic order against the library's "
+      "persistent walk, direct dK / dV stores, dQ before dK and the grouped deterministic order against the "
+      "library's "
       "kernel, "
       "windows and small grids: %s\n",
       failed ? "FAILED" : "the same gradients");
 
-  std::printf(
-      "%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H", "causal",
-      "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel", "fixed",
-      "over the library's kernel: persistent, direct dK / dV (agree) | without a mask, the fast kernel's "
-      "time over deterministic mode's, the plain order and 2 / 4 / 8 pairs grouped (agree), a pair's "
-      "Q and dO in MiB");
+  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
+              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel",
+              "fixed",
+              "over the library's kernel: persistent, direct dK / dV, dQ before dK (agree) | without a mask, "
+              "the fast "
+              "kernel's "
+              "time over deterministic mode's, the plain order and 2 / 4 / 8 pairs grouped (agree), a pair's "
+              "Q and dO in MiB");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -303,8 +315,8 @@ int main(int argc, char** argv) {
             static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
             static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, both, kern,
             conv, tflop / kern, 100.0 * (all - kern) / all);
-        for (Variant v : {Variant::kPersistent, Variant::kDirect}) {
-          if (v == Variant::kDirect && D == 256) continue;
+        for (Variant v : {Variant::kPersistent, Variant::kDirect, Variant::kDqFirst}) {
+          if (v != Variant::kPersistent && D == 256) continue;
           const bool ok = agrees(m, sh, v, 0, &first, &again);
           failed |= !ok;
           path.variant = Variant::kLibrary;
