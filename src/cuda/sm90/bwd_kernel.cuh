@@ -315,8 +315,10 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh + seq.k_start * p.dk_sl;
   T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl;
   if constexpr (kStaged) {
-    // The stages are free: every step's GEMMs of both consumers are done (named barrier 2) and
-    // the loader has nothing more to bring (one tile a CTA: no persistent walk).
+    // The stages are free: every step's GEMMs of both consumers are done (named barrier 2; with
+    // kDqFirst the other consumer's last dK, which reads Q, only at one more barrier) and the
+    // loader has nothing more to bring (one tile a CTA: no persistent walk).
+    if constexpr (Tuning::kDqFirst) named_sync(2, 2 * kWarpgroupThreads);
     static_assert(2 * Smem::kStages * Smem::kQBytes >= 2 * 2 * 64 * kD * 2,
                   "dK and dV of both in the stages");
     T* tile = reinterpret_cast<T*>(sm.q(0)) + w * 2 * 64 * kD;
