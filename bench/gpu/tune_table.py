@@ -18,11 +18,11 @@ import sys
 # "defer=0, q_bufs=1".)
 DEFAULTS = {
     64: {"N": 128, "stages": 2, "consumers": 3, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,
-         "skip": 1, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0},
+         "skip": 1, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
     128: {"N": 128, "stages": 2, "consumers": 2, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,
-          "skip": 0, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0},
+          "skip": 0, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
     256: {"N": 80, "stages": 2, "consumers": 2, "pingpong": 1, "persistent": 0, "packing": 1, "v_warps": 0,
-          "skip": 0, "chains": 1, "o_direct": 0, "defer": 0, "q_bufs": 1, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0},
+          "skip": 0, "chains": 1, "o_direct": 0, "defer": 0, "q_bufs": 1, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
 }
 LINE = re.compile(r"D=\s*(\d+) (.*?): ([\d.]+) ms\s+([\d.]+) TFLOP/s.*?max\|diff vs default\| (\S+)")
 FIELD = re.compile(r"(\w+)=\s*(-?\d+)")

@@ -1,7 +1,7 @@
 // blocks_test.cu: the sm90 building blocks checked on the device before any kernel relies on
 // them: TMA loads (128-byte swizzle) completing on an mbarrier, wgmma SS and RS with K-major and
-// N-major B against a CPU GEMM, stmatrix .trans, a TMA store, GQA packing's 5-D box, a paged block as boxes
-// of a few rows, and setmaxnreg across three warpgroups.
+// N-major B against a CPU GEMM, stmatrix and stmatrix .trans, a TMA store, GQA packing's 5-D
+// box, a paged block as boxes of a few rows, and setmaxnreg across three warpgroups.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -223,26 +223,33 @@ TEST(Sm90Blocks, SetmaxnregMovesRegistersBetweenWarpgroups) {
   for (int t = 0; t < 384; ++t) EXPECT_EQ(out[t], t < 128 ? 1 : 2 + t / 128) << "thread " << t;
 }
 
-// stmatrix .trans (wgmma.cuh), as the backward stores dS: lane t's register q holds elements
-// (row t / 4, columns 2 (t % 4) and + 1) of matrix q, each element's value q * 64 + row * 8 +
-// column; memory row i of matrix q (at q * 128 + i * 16 bytes) must hold the matrix's column i.
-__global__ void stmatrix_trans_probe(uint16_t* out) {
+// stmatrix (wgmma.cuh), as the forward's lean epilogue stores O, and stmatrix .trans, as the
+// backward stores dS: lane t's register q holds elements (row t / 4, columns 2 (t % 4) and + 1)
+// of matrix q, each element's value q * 64 + row * 8 + column; memory row i of matrix q (at q *
+// 128 + i * 16 bytes) must hold the matrix's row i, or with .trans its column i.
+template <bool kTrans>
+__global__ void stmatrix_probe(uint16_t* out) {
   __shared__ alignas(128) uint16_t tile[4 * 64];
   const int t = threadIdx.x, row = t / 4, col = 2 * (t % 4);
   uint32_t r[4];
   for (int q = 0; q < 4; ++q)
     r[q] = static_cast<uint32_t>(q * 64 + row * 8 + col) |
            (static_cast<uint32_t>(q * 64 + row * 8 + col + 1) << 16);
-  stmatrix_x4_trans(smem_addr(tile) + (t / 8) * 128 + (t % 8) * 16, r[0], r[1], r[2], r[3]);
+  const uint32_t addr = smem_addr(tile) + (t / 8) * 128 + (t % 8) * 16;
+  if constexpr (kTrans)
+    stmatrix_x4_trans(addr, r[0], r[1], r[2], r[3]);
+  else
+    stmatrix_x4(addr, r[0], r[1], r[2], r[3]);
   __syncwarp();
   for (int i = t; i < 4 * 64; i += 32) out[i] = tile[i];
 }
 
-TEST(Sm90Blocks, StmatrixTransStoresColumnsAsRows) {
+template <bool kTrans>
+void check_stmatrix() {
   if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
   DeviceArray<uint16_t> dout(4 * 64);
   TILEATTN_CUDA_CHECK(cudaMemset(dout.ptr, 0xff, 4 * 64 * sizeof(uint16_t)));
-  stmatrix_trans_probe<<<1, 32>>>(dout.ptr);
+  stmatrix_probe<kTrans><<<1, 32>>>(dout.ptr);
   TILEATTN_CUDA_CHECK(cudaGetLastError());
   TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> out(4 * 64);
@@ -250,9 +257,12 @@ TEST(Sm90Blocks, StmatrixTransStoresColumnsAsRows) {
   for (int q = 0; q < 4; ++q)
     for (int i = 0; i < 8; ++i)
       for (int k = 0; k < 8; ++k)
-        ASSERT_EQ(out[q * 64 + i * 8 + k], q * 64 + k * 8 + i)
+        ASSERT_EQ(out[q * 64 + i * 8 + k], q * 64 + (kTrans ? k * 8 + i : i * 8 + k))
             << "matrix " << q << " row " << i << " word " << k;
 }
+
+TEST(Sm90Blocks, StmatrixStoresRows) { check_stmatrix<false>(); }
+TEST(Sm90Blocks, StmatrixTransStoresColumnsAsRows) { check_stmatrix<true>(); }
 
 // GQA packing's 5-D box (launch.cuh, packed_map_of): [B, L, H, D] viewed as (D, pack, H / pack, L,
 // B). A box of `rows` rows at head group 1 must put position r / pack of head pack + r % pack in

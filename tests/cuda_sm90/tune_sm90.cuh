@@ -75,6 +75,7 @@ constexpr TileConfig handoff(TileConfig c) { return c.fast_handoff = true, c; }
 constexpr TileConfig lpt(TileConfig c, int mib) { return c.lpt_mib = mib, c; }
 constexpr TileConfig l2_hints(TileConfig c) { return c.l2_hints = true, c; }
 constexpr TileConfig early_q(TileConfig c) { return c.early_q_release = true, c; }
+constexpr TileConfig lean(TileConfig c) { return c.lean_epilogue = true, c; }
 
 // buf's problem (bf16, contiguous [B, L, H, D], its split count) at head dim D.
 inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {
@@ -188,14 +189,14 @@ void time_one(const Buffers& buf, bool causal) {
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
       "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d skip=%d "
-      "chains=%d o_direct=%d defer=%d q_bufs=%d handoff=%d lpt=%d l2=%d early_q=%d page=%d "
+      "chains=%d o_direct=%d defer=%d q_bufs=%d handoff=%d lpt=%d l2=%d early_q=%d lean=%d page=%d "
       "smem=%6d causal=%d splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f "
       "GB/s "
       "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
       c.skip_masked_tail, c.softmax_chains, c.o_direct, c.defer_store_wait, c.q_buffers, c.fast_handoff,
-      c.lpt_mib, c.l2_hints, c.early_q_release, buf.page_size, c.smem_bytes(), causal, splits,
-      static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
+      c.lpt_mib, c.l2_hints, c.early_q_release, c.lean_epilogue, buf.page_size, c.smem_bytes(), causal,
+      splits, static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
       static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
       diff);
 }

@@ -11,5 +11,7 @@ void tune_d256(const Buffers& b, bool causal) {
   // Persistent CTAs with O written from the accumulators (no staging in Q's rows, so the next
   // Q loads during the epilogue): short rows, where a CTA a tile trails cuDNN.
   time_one<Cfg<o_direct(persistent(cfg(256, 80, 2, 2)))>>(b, causal);
+  // O staged by stmatrix, the storing warp alone waiting for it (lean_epilogue).
+  time_one<Cfg<lean(cfg(256, 80, 2, 2))>>(b, causal);
 }
 }  // namespace tileattn::sm90_tune

@@ -6,7 +6,7 @@ namespace {
 // Over kLib (the library's config): tiles longest first across the pairs (TileConfig::lpt_mib,
 // tile_order.h) in sections whose K and V fit 24 or 32 MiB of L2 and in one section; K and V
 // loaded evict-last in L2 and Q evict-first (l2_hints); Q's buffer freed after the last S GEMM
-// (early_q_release).
+// (early_q_release); O staged by stmatrix with one warp waiting for it (lean_epilogue).
 template <TileConfig kLib>
 void time_orders(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, 24)>>(b, causal);
@@ -14,6 +14,7 @@ void time_orders(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, -1)>>(b, causal);
   time_one<Cfg<l2_hints(kLib)>>(b, causal);
   time_one<Cfg<early_q(kLib)>>(b, causal);
+  time_one<Cfg<lean(kLib)>>(b, causal);
 }
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "cuda/sm90/smem.cuh"
 #include "cuda/sm90/tma.cuh"
 #include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
 
 // Points inside a dense tile's O store, for tests/cuda_sm90/tune_sm90_fwd_probe.cu (nothing in
 // the library's builds): 0 the rows' last store read (first barrier), 1 O / l and the LSE
@@ -63,8 +64,11 @@ struct Epilogue {
     // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
     // at u ^ (r % 8), and r % 8 is this thread's g.
     uint8_t* const rows_smem = sm.o() + consumer * 64 * 128;
+    // TileConfig::lean_epilogue: not for packed varlen rows, whose copy every thread waits for.
+    const bool lean = kCfg.lean_epilogue && !(kServing && p.seqs.varlen_q());
+    if (lean) stage_by_stmatrix(o, total, rows_smem, warp, lane);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < 2 && !lean; ++half) {
       // A row that saw no key is exactly 0, whatever the accumulators hold.
       const bool empty = total[half].l == 0.0f;
       const float inv_l = empty ? 0.0f : total[half].inv_l();
@@ -76,15 +80,21 @@ struct Epilogue {
         *reinterpret_cast<uint32_t*>(dst) =
             cuda::pack2<T>(empty ? 0.0f : o[i] * inv_l, empty ? 0.0f : o[i + 1] * inv_l);
       }
-      const int64_t row = rows_first + r, pos = row >> shift;
-      if (p.lse && q == 0 && pos < w.len_q) {
-        const int64_t head = w.h + (row & ((int64_t{1} << shift) - 1));
-        p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = total[half].lse();
-      }
+      store_lse(total[half], w, rows_first + r, q, shift);
     }
     TILEATTN_SM90_EPILOGUE_PROBE(consumer, 1);
     fence_proxy_async();  // the generic-proxy writes, visible to the TMA store
-    named_sync(epilogue_barrier, kWarpgroupThreads);
+    if (!lean) {
+      named_sync(epilogue_barrier, kWarpgroupThreads);
+    } else {  // ids past the turns' and the epilogues' (1 .. 2 consumers)
+      if (warp == 0)
+        named_sync(1 + 2 * kCfg.consumers + consumer, kWarpgroupThreads);
+      else
+        named_arrive(1 + 2 * kCfg.consumers + consumer, kWarpgroupThreads);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store_lse(total[half], w, rows_first + 16 * warp + g + 8 * half, q, shift);
+    }
     TILEATTN_SM90_EPILOGUE_PROBE(consumer, 2);
     if (kServing && p.seqs.varlen_q()) {
       copy_rows(rows_smem, w, rows_first, tid);
@@ -124,6 +134,42 @@ struct Epilogue {
   }
 
  private:
+  // The LSE of tile row `row` (the thread with q == 0 of its quad), if the row's position is real.
+  __device__ __forceinline__ void store_lse(const SoftmaxRow& t, const Work& w, int64_t row, int q,
+                                            int shift) const {
+    const int64_t pos = row >> shift;
+    if (p.lse && q == 0 && pos < w.len_q) {
+      const int64_t head = w.h + (row & ((int64_t{1} << shift) - 1));
+      p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = t.lse();
+    }
+  }
+
+  // O / l into this consumer's staging rows by stmatrix (TileConfig::lean_epilogue): matrix m of
+  // a thread's four holds rows 8 (m & 1) on of its warp's 16 and the 8 columns of chunk c +
+  // (m >> 1), in the swizzled layout the TMA store reads (unit u of row r at u ^ (r % 8)).
+  __device__ __forceinline__ void stage_by_stmatrix(const float* o, const SoftmaxRow (&total)[2],
+                                                    uint8_t* rows_smem, int warp, int lane) const {
+    bool empty[2];
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      empty[h] = total[h].l == 0.0f;  // a row that saw no key is exactly 0
+      inv[h] = empty[h] ? 0.0f : total[h].inv_l();
+    }
+    const auto val = [&](int i, int h) { return empty[h] ? 0.0f : o[i] * inv[h]; };
+    const int row8 = lane % 8, m = lane / 8, r = 16 * warp + row8 + 8 * (m & 1);
+#pragma unroll
+    for (int c = 0; c < kD / 8; c += 2) {
+      const int cc = c + (m >> 1);
+      const uint32_t addr =
+          smem_addr(rows_smem + (cc >> 3) * kCfg.block_m() * 128 + r * 128 + (((cc & 7) ^ row8) << 4));
+      stmatrix_x4(addr, cuda::pack2<T>(val(4 * c, 0), val(4 * c + 1, 0)),
+                  cuda::pack2<T>(val(4 * c + 2, 1), val(4 * c + 3, 1)),
+                  cuda::pack2<T>(val(4 * c + 4, 0), val(4 * c + 5, 0)),
+                  cuda::pack2<T>(val(4 * c + 6, 1), val(4 * c + 7, 1)));
+    }
+  }
+
   // O / l straight from the accumulators (TileConfig::o_direct): the two columns a thread holds
   // side by side, one 4-byte store; rows past the sequence's positions are not written.
   __device__ __forceinline__ void store_direct(const float* o, const SoftmaxRow (&total)[2], const Work& w,

@@ -56,6 +56,10 @@ struct TileConfig {
   // after its last P V, so the next tile's Q loads under the last P V and the epilogue (FA3
   // frees it there). A tuning variant.
   bool early_q_release = false;
+  // Dense O stores: O / l into its staging by stmatrix (4 a thread at D = 64 instead of 16
+  // 4-byte stores), the warpgroup's second epilogue barrier waited for by the storing warp only
+  // (the others arrive), and the LSE written after it. A tuning variant.
+  bool lean_epilogue = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }

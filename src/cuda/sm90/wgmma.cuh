@@ -42,6 +42,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
+// stmatrix (a warp): four 8 x 8 16-bit matrices, register q holding matrix q in the accumulator
+// fragment layout (lane t: row t / 4, columns 2 (t % 4) and + 1), memory row i of matrix q the
+// 16 bytes at the address lane 8 q + i gives.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // stmatrix .trans (a warp): four 8 x 8 16-bit matrices, register q holding matrix q in the
 // accumulator fragment layout (lane t: row t / 4, columns 2 (t % 4) and + 1, the lower column
 // in the low half), each stored transposed: memory row i of matrix q, 16 bytes at the address
