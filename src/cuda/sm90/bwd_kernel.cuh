@@ -275,7 +275,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     if constexpr (kDqFirst) {
       gemm_frag<kD, kM, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q, under dQ's staging below
       wgmma_commit();
-      wgmma_wait<1>();  // dV and dQ: every reader of dS in shared memory (dK reads it from fs)
+      wgmma_wait<1>();  // dV (reads dO) and dQ (dS's one reader in shared memory; dK takes fs)
       fence_operands<kD / 2>(dv);
       fence_operands<32>(dq);
     } else {

@@ -21,7 +21,8 @@
 
 // Points inside a dense tile's O store, for tests/cuda_sm90/tune_sm90_fwd_probe.cu (nothing in
 // the library's builds): 0 the rows' last store read (first barrier), 1 O / l and the LSE
-// written, 2 the proxy fence and the second barrier passed.
+// written (lean_epilogue: O / l; its LSE after point 2), 2 the proxy fence and the second
+// barrier passed.
 #ifndef TILEATTN_SM90_EPILOGUE_PROBE
 #define TILEATTN_SM90_EPILOGUE_PROBE(consumer, point)
 #endif
