@@ -116,6 +116,16 @@ def _backward_plain(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options,
     return grads
 
 
+def _backward_ops(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, varlen):
+    """_backward_plain through the backward ops (torch.compile, compiled autograd, subclasses)."""
+    o = options
+    if varlen:
+        return _varlen_backward_op(dout, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"], o["scale"],
+                                   o["window_left"], o["window_right"], o["softcap"], deterministic)
+    return _backward_op(dout, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"], o["window_right"],
+                        o["softcap"], deterministic)
+
+
 def _deterministic(flag):
     return bool(flag) or torch.are_deterministic_algorithms_enabled()
 
@@ -139,10 +149,9 @@ def _backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dlse = grad_lse if ctx.lse_is_output else None
-    o = ctx.options
-    dq, dk, dv = _backward_op(grad_out, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"],
-                              o["window_right"], o["softcap"], _deterministic(ctx.deterministic))
-    return (dq, dk, dv) + (None,) * 9
+    grads = _backward_ops(grad_out, q, k, v, out, lse, dlse, _NO_INDEX, -1, -1, ctx.options,
+                          _deterministic(ctx.deterministic), False)
+    return tuple(grads) + (None,) * 9
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -178,21 +187,11 @@ class _EagerAttention(torch.autograd.Function):
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         dlse = grad_lse if ctx.lse_is_output else None
-        deterministic = _deterministic(deterministic)
-        o = options
-        if torch.compiler.is_compiling():  # compiled autograd traces the backward: the ops
-            if varlen:
-                grads = _varlen_backward_op(grad_out, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"],
-                                            o["scale"], o["window_left"], o["window_right"], o["softcap"],
-                                            deterministic)
-            else:
-                grads = _backward_op(grad_out, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"],
-                                     o["window_right"], o["softcap"], deterministic)
-            return tuple(grads) + (None,) * 7
-        index = tuple(index) if varlen else _NO_INDEX
-        grads = _backward_plain(grad_out, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic,
-                                varlen)
-        return grads + (None,) * 7
+        # Compiled autograd traces the backward: the ops there.
+        run = _backward_ops if torch.compiler.is_compiling() else _backward_plain
+        grads = run(grad_out, q, k, v, out, lse, dlse, tuple(index) if varlen else _NO_INDEX, max_q, max_k, options,
+                    _deterministic(deterministic), varlen)
+        return tuple(grads) + (None,) * 7
 
 
 _BACKWARD_OPTIONS = ("causal", "scale", "window_left", "window_right", "softcap")
@@ -390,7 +389,8 @@ def _varlen_setup_context(ctx, inputs, output):
         with torch.no_grad():
             _, lse = _varlen_op(*inputs[:16], True)
     ctx.save_for_backward(q, k, v, out, lse, *index)
-    ctx.args = (max_q, max_k, causal, scale, window_left, window_right, softcap)
+    ctx.args = (max_q, max_k, dict(causal=causal, scale=scale, window_left=window_left, window_right=window_right,
+                                   softcap=softcap))
     ctx.lse_is_output = return_lse
     ctx.deterministic = bool(inputs[17]) if len(inputs) > 17 else False
     ctx.set_materialize_grads(False)
@@ -401,9 +401,8 @@ def _varlen_backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dlse = grad_lse if ctx.lse_is_output else None
-    dq, dk, dv = _varlen_backward_op(grad_out, q, k, v, out, lse, dlse, *index, *ctx.args,
-                                     _deterministic(ctx.deterministic))
-    return (dq, dk, dv) + (None,) * 15
+    grads = _backward_ops(grad_out, q, k, v, out, lse, dlse, index, *ctx.args, _deterministic(ctx.deterministic), True)
+    return tuple(grads) + (None,) * 15
 
 
 _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
@@ -426,9 +425,7 @@ def _call_backward_op(dout, q, k, v, out, lse, dlse, options, deterministic):
     if options.get("kernel", "auto") != "auto":
         raise _api.argument_error(ValueError, "kernel", f"{options['kernel']!r}: the torch op (torch.compile, "
                                   "tensor subclasses) takes only 'auto'")
-    o = options
-    return _backward_op(dout, q, k, v, out, lse, dlse, o["causal"], o["scale"], o["window_left"], o["window_right"],
-                        o["softcap"], deterministic)
+    return _backward_ops(dout, q, k, v, out, lse, dlse, _NO_INDEX, -1, -1, options, deterministic, False)
 
 
 def _call_varlen_backward_op(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic):
@@ -444,9 +441,7 @@ def _call_varlen_backward_op(dout, q, k, v, out, lse, dlse, index, max_q, max_k,
     if options.get("kernel", "auto") != "auto":
         raise _api.argument_error(ValueError, "kernel", f"{options['kernel']!r}: the torch op (torch.compile, "
                                   "tensor subclasses) takes only 'auto'")
-    o = options
-    return _varlen_backward_op(dout, q, k, v, out, lse, dlse, *index, max_q, max_k, o["causal"], o["scale"],
-                               o["window_left"], o["window_right"], o["softcap"], deterministic)
+    return _backward_ops(dout, q, k, v, out, lse, dlse, index, max_q, max_k, options, deterministic, True)
 
 
 def attention(
