@@ -251,23 +251,26 @@ int main(int argc, char** argv) {
     for (Shape sh : checks) {
       sh.D = D;
       forward_of(m, sh);
-      // -1: dK and dV stored straight, -2: dQ before dK (D = 64 and 128)
-      for (int64_t ctas : {1, 2, 3, 7, 13, 0, -1, -2}) {
-        if (ctas < 0 && D == 256) continue;
-        const Variant v = ctas == -1   ? Variant::kDirect
-                          : ctas == -2 ? Variant::kDqFirst
-                                       : Variant::kPersistent;
-        const bool ok = agrees(m, sh, v, ctas, &first, &again);
+      struct Check {
+        Variant v;
+        int64_t ctas;  // the persistent walk's (0: the launch's choice)
+        const char* name;
+      };
+      const Check variants[] = {
+          {Variant::kPersistent, 1, "persistent"},  {Variant::kPersistent, 2, "persistent"},
+          {Variant::kPersistent, 3, "persistent"},  {Variant::kPersistent, 7, "persistent"},
+          {Variant::kPersistent, 13, "persistent"}, {Variant::kPersistent, 0, "persistent"},
+          {Variant::kDirect, 0, "direct dK / dV"},  {Variant::kDqFirst, 0, "dQ before dK"}};
+      for (const Check& c : variants) {
+        if (c.v != Variant::kPersistent && D == 256) continue;  // D = 64 and 128 only
+        const bool ok = agrees(m, sh, c.v, c.ctas, &first, &again);
         failed |= !ok;
         if (!ok)
           std::printf("FAILED: %s at D %lld, B %lld Lq %lld Lk %lld H %lld window (%lld, %lld), %lld CTAs\n",
-                      ctas == -1   ? "direct dK / dV"
-                      : ctas == -2 ? "dQ before dK"
-                                   : "persistent",
-                      static_cast<long long>(D), static_cast<long long>(sh.B), static_cast<long long>(sh.Lq),
-                      static_cast<long long>(sh.Lk), static_cast<long long>(sh.H),
-                      static_cast<long long>(sh.left), static_cast<long long>(sh.right),
-                      static_cast<long long>(ctas));
+                      c.name, static_cast<long long>(D), static_cast<long long>(sh.B),
+                      static_cast<long long>(sh.Lq), static_cast<long long>(sh.Lk),
+                      static_cast<long long>(sh.H), static_cast<long long>(sh.left),
+                      static_cast<long long>(sh.right), static_cast<long long>(c.ctas));
       }
     }
   // Deterministic mode's grouped launch order (2, 4 and 8 of 16 pairs a group).
