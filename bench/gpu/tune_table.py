@@ -15,14 +15,16 @@ import sys
 # The library's configs (tile_config): the fields a tune line prints.
 # ("overlap": a removed variant's field, kept so that older result files still parse. Files from
 # before the second Q buffer became the default at D = 64 and 128 name their default
-# "defer=0, q_bufs=1".)
+# "defer=0, q_bufs=1"; from before the lean epilogue became the default (after 88fc598),
+# "lean=0"; from before tiles under a mask ended at the rows' end, "end" is missing (not named).
+# "handoff" and "early_q": removed variants' fields.)
 DEFAULTS = {
     64: {"N": 128, "stages": 2, "consumers": 3, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,
-         "skip": 1, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
+         "skip": 1, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 1, "end": 1},
     128: {"N": 128, "stages": 2, "consumers": 2, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,
-          "skip": 0, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
+          "skip": 0, "chains": 1, "o_direct": 0, "defer": 1, "q_bufs": 2, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 1, "end": 1},
     256: {"N": 80, "stages": 2, "consumers": 2, "pingpong": 1, "persistent": 0, "packing": 1, "v_warps": 0,
-          "skip": 0, "chains": 1, "o_direct": 0, "defer": 0, "q_bufs": 1, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 0},
+          "skip": 0, "chains": 1, "o_direct": 0, "defer": 0, "q_bufs": 1, "overlap": 0, "handoff": 0, "lpt": 0, "l2": 0, "early_q": 0, "lean": 1, "end": 1},
 }
 LINE = re.compile(r"D=\s*(\d+) (.*?): ([\d.]+) ms\s+([\d.]+) TFLOP/s.*?max\|diff vs default\| (\S+)")
 FIELD = re.compile(r"(\w+)=\s*(-?\d+)")

@@ -268,12 +268,14 @@ TEST(Sm90Blocks, StmatrixTransStoresColumnsAsRows) { check_stmatrix<true>(); }
 // B). A box of `rows` rows at head group 1 must put position r / pack of head pack + r % pack in
 // shared-memory row r, 128-byte swizzled (16-byte unit u of row r at u ^ (r % 8)), read positions
 // past L as zero, and store back only positions below L. The kernel copies the box, as it landed,
-// to `raw`, then stores it into `out`.
+// to `raw`, then stores it into `out`. A box may start at a negative position (the forward's
+// causal tiles aligned to the sequence's end, scheduler.cuh): positions below 0 read as zero and
+// are not stored either.
 constexpr int kPackL = 5, kPackLAlloc = 8, kPackH = 8, kPack = 4, kPackD = 64, kPackRows = 32;
 
 __global__ void __launch_bounds__(128, 1)
     packed_box(const __grid_constant__ CUtensorMap map_in, const __grid_constant__ CUtensorMap map_out,
-               uint16_t* raw) {
+               uint16_t* raw, int pos0) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);
   __shared__ uint64_t bar;
@@ -284,7 +286,7 @@ __global__ void __launch_bounds__(128, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     mbarrier_arrive_expect_tx(&bar, kPackRows * 128);
-    tma_load_5d(smem, &map_in, &bar, 0, 0, 1, 0, 0);
+    tma_load_5d(smem, &map_in, &bar, 0, 0, 1, pos0, 0);
   }
   mbarrier_wait(&bar, 0);
   const uint16_t* words = reinterpret_cast<const uint16_t*>(smem);
@@ -292,14 +294,14 @@ __global__ void __launch_bounds__(128, 1)
   fence_proxy_async();
   __syncthreads();
   if (threadIdx.x == 0) {
-    tma_store_5d(&map_out, smem, 0, 0, 1, 0, 0);
+    tma_store_5d(&map_out, smem, 0, 0, 1, pos0, 0);
     tma_store_commit();
     tma_store_wait_read();
   }
 }
 
-TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
-  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+// The box at position pos0 (the first of kPackRows / kPack positions).
+void check_packed_box(int pos0) {
   const int n = kPackLAlloc * kPackH * kPackD;  // [1, L, H, D], rows past L allocated
   std::vector<uint16_t> in(n), poison(n, 0x7fc1);
   for (int i = 0; i < n; ++i) in[i] = static_cast<uint16_t>(0x3c00 + (i % 8191));  // distinct finite bf16
@@ -313,7 +315,7 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
   const CUtensorMap map_in = make_tensor_map_16bit(din.ptr, true, 5, dims, strides, box, true);
   const CUtensorMap map_out = make_tensor_map_16bit(dout.ptr, true, 5, dims, strides, box, true);
   const int smem = 1024 + kPackRows * 128;
-  packed_box<<<1, 128, smem>>>(map_in, map_out, draw.ptr);
+  packed_box<<<1, 128, smem>>>(map_in, map_out, draw.ptr, pos0);
   TILEATTN_CUDA_CHECK(cudaGetLastError());
   TILEATTN_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> raw(kPackRows * 64), out(n);
@@ -322,18 +324,30 @@ TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
   auto at = [](int l, int h, int d) { return (l * kPackH + h) * kPackD + d; };
   for (int r = 0; r < kPackRows; ++r)
     for (int d = 0; d < kPackD; ++d) {
-      const int pos = r / kPack, head = kPack + r % kPack;
+      const int pos = pos0 + r / kPack, head = kPack + r % kPack;
       const int word = swizzled_word(r, d);
-      const uint16_t want = pos < kPackL ? in[at(pos, head, d)] : 0;
-      ASSERT_EQ(raw[word], want) << "row " << r << " column " << d;
+      const uint16_t want = pos >= 0 && pos < kPackL ? in[at(pos, head, d)] : 0;
+      ASSERT_EQ(raw[word], want) << "box at " << pos0 << ": row " << r << " column " << d;
     }
   for (int l = 0; l < kPackLAlloc; ++l)
     for (int h = 0; h < kPackH; ++h)
       for (int d = 0; d < kPackD; ++d) {
-        const bool stored = l < kPackL && h >= kPack;
+        const bool stored = l >= pos0 && l < pos0 + kPackRows / kPack && l < kPackL && h >= kPack;
         ASSERT_EQ(out[at(l, h, d)], stored ? in[at(l, h, d)] : poison[0])
-            << "l " << l << " h " << h << " d " << d;
+            << "box at " << pos0 << ": l " << l << " h " << h << " d " << d;
       }
+}
+
+TEST(Sm90Blocks, TmaPackedBoxLoadsHeadsAsRowsAndStoresThemBack) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  check_packed_box(0);
+  check_packed_box(2);
+}
+
+TEST(Sm90Blocks, TmaBoxBeforePositionZeroReadsZerosAndStoresNothingThere) {
+  if (!on_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  check_packed_box(-3);
+  check_packed_box(-8);  // wholly before the tensor
 }
 
 // A paged key block (mainloop.cuh, produce_tile): kPagedN rows of one 64-column chunk loaded as

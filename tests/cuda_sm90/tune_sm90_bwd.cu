@@ -8,8 +8,8 @@
 // whole path's time outside the kernel. Beside the library's kernel (timed just before each) it
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
-// stages them in shared memory) and each step's dQ GEMM issued before its dK GEMM
-// (BwdTuning::kDqFirst) at 64 and 128; and without a mask deterministic mode in the library's
+// stages them in shared memory) at 64 and 128 (each step's dQ GEMM before its dK GEMM ran at
+// 0.94-1.03x, removed: docs/kernels/sm90.md); and without a mask deterministic mode in the library's
 // plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
 // (BwdParams::det_group_log2), each over the fast kernel. Their gradients are checked first against the
 // library kernel's, poisoned before each run (agrees), on these shapes and on windows with Lq != Lk over
@@ -35,8 +35,6 @@
 // and 128), and its timeline.
 void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
                        const tileattn::detail::sm90::BwdParams& kp);
-void bwd_dq_first_kernel(const tileattn::detail::BackwardParams& b,
-                         const tileattn::detail::sm90::BwdParams& kp);
 void bwd_timeline(const tileattn::detail::BackwardParams& b, const tileattn::detail::sm90::BwdParams& kp,
                   int steps, bool direct, void* flush, size_t flush_bytes);
 
@@ -73,7 +71,7 @@ struct Shape {
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
-enum class Variant { kLibrary, kPersistent, kDirect, kGrouped, kDqFirst };  // kDqFirst: D = 64 and 128
+enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
 // kGrouped: deterministic mode without a mask with the key blocks of 2^g_pair_group_log2 (batch, KV
 // head) pairs interleaved in the launch order (the library's kernel, BwdParams::det_group_log2;
 // the library picks it by det_pair_group_log2): the same bits as the plain order.
@@ -128,7 +126,6 @@ struct Path {
       return sm90::backward(b, order);
     }
     if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
-    if (variant == Variant::kDqFirst) return bwd_dq_first_kernel(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
@@ -260,7 +257,7 @@ int main(int argc, char** argv) {
           {Variant::kPersistent, 1, "persistent"},  {Variant::kPersistent, 2, "persistent"},
           {Variant::kPersistent, 3, "persistent"},  {Variant::kPersistent, 7, "persistent"},
           {Variant::kPersistent, 13, "persistent"}, {Variant::kPersistent, 0, "persistent"},
-          {Variant::kDirect, 0, "direct dK / dV"},  {Variant::kDqFirst, 0, "dQ before dK"}};
+          {Variant::kDirect, 0, "direct dK / dV"}};
       for (const Check& c : variants) {
         if (c.v != Variant::kPersistent && D == 256) continue;  // D = 64 and 128 only
         const bool ok = agrees(m, sh, c.v, c.ctas, &first, &again);
@@ -286,20 +283,16 @@ int main(int argc, char** argv) {
                     static_cast<long long>(D), 1 << log2);
     }
   std::printf(
-      "persistent walk, direct dK / dV stores, dQ before dK and the grouped deterministic order against the "
-      "library's "
-      "kernel, "
-      "windows and small grids: %s\n",
+      "persistent walk, direct dK / dV stores and the grouped deterministic order against the library's "
+      "kernel, windows and small grids: %s\n",
       failed ? "FAILED" : "the same gradients");
 
-  std::printf("%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H",
-              "causal", "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel",
-              "fixed",
-              "over the library's kernel: persistent, direct dK / dV, dQ before dK (agree) | without a mask, "
-              "the fast "
-              "kernel's "
-              "time over deterministic mode's, the plain order and 2 / 4 / 8 pairs grouped (agree), a pair's "
-              "Q and dO in MiB");
+  std::printf(
+      "%4s %6s %5s %4s %6s | %8s %7s | %10s %9s %9s %9s %9s | %8s %7s | %s\n", "D", "L", "B", "H", "causal",
+      "all: ms", "TFLOP/s", "preprocess", "zero", "both", "kernel", "convert", "kernel", "fixed",
+      "over the library's kernel: persistent, direct dK / dV (agree) | without a mask, the fast kernel's "
+      "time over deterministic mode's, the plain order and 2 / 4 / 8 pairs grouped (agree), a pair's "
+      "Q and dO in MiB");
   for (int64_t D : {64, 128, 256})
     for (int64_t L : lengths)
       for (bool causal : {false, true}) {
@@ -318,7 +311,7 @@ int main(int argc, char** argv) {
             static_cast<long long>(D), static_cast<long long>(L), static_cast<long long>(sh.B),
             static_cast<long long>(sh.H), static_cast<int>(causal), all, tflop / all, pre, zero, both, kern,
             conv, tflop / kern, 100.0 * (all - kern) / all);
-        for (Variant v : {Variant::kPersistent, Variant::kDirect, Variant::kDqFirst}) {
+        for (Variant v : {Variant::kPersistent, Variant::kDirect}) {
           if (v != Variant::kPersistent && D == 256) continue;
           const bool ok = agrees(m, sh, v, 0, &first, &again);
           failed |= !ok;

@@ -43,9 +43,6 @@ struct Timeline : tileattn::detail::sm90::BwdTuning {
 struct Direct : tileattn::detail::sm90::BwdTuning {
   static constexpr bool kStageDkDv = false;
 };
-struct DqFirst : tileattn::detail::sm90::BwdTuning {
-  static constexpr bool kDqFirst = true;
-};
 struct DirectTimeline : Timeline {
   static constexpr bool kStageDkDv = false;
 };
@@ -77,13 +74,6 @@ double median(std::vector<double> v) {
 void bwd_direct_kernel(const tileattn::detail::BackwardParams& b,
                        const tileattn::detail::sm90::BwdParams& kp) {
   launch<Direct>(b, kp);
-}
-
-// The kernel with each step's dQ GEMM issued before its dK GEMM (BwdTuning::kDqFirst), at head
-// dims 64 and 128.
-void bwd_dq_first_kernel(const tileattn::detail::BackwardParams& b,
-                         const tileattn::detail::sm90::BwdParams& kp) {
-  launch<DqFirst>(b, kp);
 }
 
 // One probed launch of b's dense bf16 kernel (head dim 64, 128 or 256; direct: dK and dV stored

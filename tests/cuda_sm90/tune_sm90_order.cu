@@ -5,27 +5,24 @@ namespace tileattn::sm90_tune {
 namespace {
 // Over kLib (the library's config): tiles longest first across the pairs (TileConfig::lpt_mib,
 // tile_order.h) in sections whose K and V fit 24 or 32 MiB of L2 and in one section; K and V
-// loaded evict-last in L2 and Q evict-first (l2_hints); Q's buffer freed after the last S GEMM
-// (early_q_release); O staged by stmatrix with one warp waiting for it (lean_epilogue).
+// loaded evict-last in L2 and Q evict-first (l2_hints); O stored without the lean epilogue
+// (TileConfig::lean_epilogue off).
 template <TileConfig kLib>
 void time_orders(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, 24)>>(b, causal);
   time_one<Cfg<lpt(kLib, 32)>>(b, causal);
   time_one<Cfg<lpt(kLib, -1)>>(b, causal);
   time_one<Cfg<l2_hints(kLib)>>(b, causal);
-  time_one<Cfg<early_q(kLib)>>(b, causal);
-  time_one<Cfg<lean(kLib)>>(b, causal);
+  time_one<Cfg<no_lean(kLib)>>(b, causal);
 }
 }  // namespace
 
-void tune_d64_order(const Buffers& b, bool causal) {
-  time_orders<two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3)))))>(b, causal);
-}
+void tune_d64_order(const Buffers& b, bool causal) { time_orders<kLib64>(b, causal); }
 // At D = 128 also block_n 176 with persistent CTAs (O then staged in Q's rows), with and without
 // ping-pong: 176 ran at 1.01x the library's 128 at 8k before persistent CTAs
 // (bench/results/tune_sm90_h200_2026-11-29.txt).
 void tune_d128_order(const Buffers& b, bool causal) {
-  time_orders<two_q(defer_store(persistent(cfg(128, 128, 2, 2))))>(b, causal);
+  time_orders<kLib128>(b, causal);
   time_one<Cfg<persistent(cfg(128, 176, 2, 2))>>(b, causal);
   time_one<Cfg<no_pingpong(persistent(cfg(128, 176, 2, 2)))>>(b, causal);
 }

@@ -54,10 +54,6 @@ enum BwdProbePoint { kEntered, kKvReady, kFirstStepReady, kStepsDone, kDkDvStore
 // straight from the accumulators (the persistent walk's, whose stages hold the next tile's).
 struct BwdTuning {
   static constexpr bool kStageDkDv = true;
-  // D = 64 and 128: a step's dQ GEMM issued before its dK GEMM, so that dQ's staging (barrier 2,
-  // the buffer's wait, the stores) runs while dK is in the tensor cores rather than after every
-  // GEMM has drained. A tuning variant (tune_sm90_bwd).
-  static constexpr bool kDqFirst = false;
   __device__ static void mark(BwdProbePoint) {}
 };
 
@@ -254,12 +250,9 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
 #pragma unroll
     for (int m = 0; m < kM / 16; ++m)
       stmatrix_x4_trans(ds_base + ds_stmatrix_offset(m, warp, lane), fs[m][0], fs[m][1], fs[m][2], fs[m][3]);
-    constexpr bool kDqFirst = Tuning::kDqFirst;
-    if constexpr (!kDqFirst) {
-      wgmma_fence();
-      gemm_frag<kD, kM, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
-      wgmma_commit();
-    }
+    wgmma_fence();
+    gemm_frag<kD, kM, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q
+    wgmma_commit();
     fence_proxy_async();
     named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
     float dq[32];
@@ -272,25 +265,17 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
       WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
     }
     wgmma_commit();
-    if constexpr (kDqFirst) {
-      gemm_frag<kD, kM, kBf16>(dk, fs, sm.q(stage));  // dK += dS^T Q, under dQ's staging below
-      wgmma_commit();
-      wgmma_wait<1>();  // dV (reads dO) and dQ (dS's one reader in shared memory; dK takes fs)
-      fence_operands<kD / 2>(dv);
-      fence_operands<32>(dq);
-    } else {
-      wgmma_wait<0>();
-      fence_operands<kD / 2>(dk);
-      fence_operands<kD / 2>(dv);
-      fence_operands<32>(dq);
-    }
+    wgmma_wait<0>();
+    fence_operands<kD / 2>(dk);
+    fence_operands<kD / 2>(dv);
+    fence_operands<32>(dq);
 
-    // Every GEMM of this step has read dS, Q and dO (kDqFirst: all but dK, which reads Q): dS
-    // may be written again once the other consumer's GEMMs have read it too, and the stage goes
-    // back to the loader. Every consumer thread arrives, after its own warpgroup's GEMMs (the
-    // loader's lanes then overwrite the rows each of them read).
+    // Every GEMM of this step has read dS, Q and dO: dS may be written again once the other
+    // consumer's GEMMs have read it too, and the stage goes back to the loader. Every consumer
+    // thread arrives, after its own warpgroup's GEMMs (the loader's lanes then overwrite the
+    // rows each of them read).
     named_sync(2, 2 * kWarpgroupThreads);
-    if constexpr (!kDqFirst) mbarrier_arrive(sm.qdo_empty(stage));
+    mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
     const int buf = static_cast<int>(step & 1);
@@ -301,11 +286,6 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
       out[g * kWarpgroupThreads + tid] = make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
     fence_proxy_async();
     mbarrier_arrive(sm.dq_full(buf));
-    if constexpr (kDqFirst) {  // dK has read Q: the stage goes back to the loader
-      wgmma_wait<0>();
-      fence_operands<kD / 2>(dk);
-      mbarrier_arrive(sm.qdo_empty(stage));
-    }
   }
 
   Tuning::mark(kStepsDone);
@@ -315,10 +295,8 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
   T* dk_out = static_cast<T*>(p.dk) + st.b * p.dk_sb + st.hk * p.dk_sh + seq.k_start * p.dk_sl;
   T* dv_out = static_cast<T*>(p.dv) + st.b * p.dv_sb + st.hk * p.dv_sh + seq.k_start * p.dv_sl;
   if constexpr (kStaged) {
-    // The stages are free: every step's GEMMs of both consumers are done (named barrier 2; with
-    // kDqFirst the other consumer's last dK, which reads Q, only at one more barrier) and the
-    // loader has nothing more to bring (one tile a CTA: no persistent walk).
-    if constexpr (Tuning::kDqFirst) named_sync(2, 2 * kWarpgroupThreads);
+    // The stages are free: every step's GEMMs of both consumers are done (named barrier 2) and
+    // the loader has nothing more to bring (one tile a CTA: no persistent walk).
     static_assert(2 * Smem::kStages * Smem::kQBytes >= 2 * 2 * 64 * kD * 2,
                   "dK and dV of both in the stages");
     T* tile = reinterpret_cast<T*>(sm.q(0)) + w * 2 * 64 * kD;

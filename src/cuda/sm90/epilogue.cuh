@@ -65,8 +65,10 @@ struct Epilogue {
     // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
     // at u ^ (r % 8), and r % 8 is this thread's g.
     uint8_t* const rows_smem = sm.o() + consumer * 64 * 128;
-    // TileConfig::lean_epilogue: not for packed varlen rows, whose copy every thread waits for.
-    const bool lean = kCfg.lean_epilogue && !(kServing && p.seqs.varlen_q());
+    // TileConfig::lean_epilogue: dense kernels only. In the serving kernels a packed varlen q's
+    // copy waits for every thread, and the second path cost D = 256's mainloop its uniform wgmma
+    // descriptors (scripts/check_sass.py) and its paged gathers 16-32 bytes of spills.
+    constexpr bool lean = kCfg.lean_epilogue && !kServing;
     if (lean) stage_by_stmatrix(o, total, rows_smem, warp, lane);
 #pragma unroll
     for (int half = 0; half < 2 && !lean; ++half) {
@@ -106,7 +108,7 @@ struct Epilogue {
       return;
     }
     if (tid == 0) {
-      // One box per 64 columns; positions past seqlen_q are clipped by the map.
+      // One box per 64 columns; positions before 0 or past seqlen_q are clipped by the map.
 #pragma unroll
       for (int c = 0; c < kD / 64; ++c)
         tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, w.h >> shift,
@@ -139,7 +141,7 @@ struct Epilogue {
   __device__ __forceinline__ void store_lse(const SoftmaxRow& t, const Work& w, int64_t row, int q,
                                             int shift) const {
     const int64_t pos = row >> shift;
-    if (p.lse && q == 0 && pos < w.len_q) {
+    if (p.lse && q == 0 && (kServing || pos >= 0) && pos < w.len_q) {  // < 0: tiles aligned to the end
       const int64_t head = w.h + (row & ((int64_t{1} << shift) - 1));
       p.lse[w.b * p.lse_sb + head * p.lse_sh + (w.q_start + pos) * p.lse_sl] = t.lse();
     }
@@ -179,7 +181,7 @@ struct Epilogue {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = rows_first + 16 * warp + g + 8 * half, pos = row >> p.pack_shift;
-      if (pos >= w.len_q) continue;
+      if ((!kServing && pos < 0) || pos >= w.len_q) continue;
       const int64_t head = w.h + (row & ((int64_t{1} << p.pack_shift) - 1));
       const bool empty = total[half].l == 0.0f;  // a row that saw no key is exactly 0
       const float inv_l = empty ? 0.0f : total[half].inv_l();

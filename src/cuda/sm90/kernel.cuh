@@ -81,8 +81,6 @@ __global__ void __launch_bounds__(Cfg::kCfg.threads(), 1)
                 "setmaxnreg's split needs more registers than the launch has");
   static_assert((kCfg.q_buffers == 1 && !kCfg.defer_store_wait) || (kCfg.persistent && kCfg.o_apart()),
                 "a second Q buffer and the deferred store wait need persistent CTAs with O apart");
-  static_assert(!kCfg.early_q_release || (kCfg.persistent && kCfg.o_apart()),
-                "freeing Q after the last S GEMM needs persistent CTAs with O apart");
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> sm{
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};

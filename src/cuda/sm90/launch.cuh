@@ -73,9 +73,6 @@ void launch(const AttnParams& p, int pack, int splits) {
     params.order_pairs = params.m_blocks > 0 ? params.tiles / (params.m_blocks * splits) : 0;
     params.order_section = lpt_section(kCfg.lpt_mib, 2 * p.seqlen_k * kCfg.head_dim * 2, params.order_pairs);
   }
-  if (kCfg.fast_handoff && params.tiles > 0x7fffffff)  // work_of's 32-bit decoding
-    throw RuntimeError("sm90 tuning config fast_handoff: " + std::to_string(params.tiles) +
-                       " tiles, 2^31 or more");
   cuda::run_split(p, params, [&](cuda::KernelParams kp) {
     int64_t ctas = kp.tiles;
     if constexpr (Cfg::kCfg.persistent)

@@ -336,14 +336,8 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   // Blocks [own, blocks) no row of this consumer sees: waited for, turned and released only.
   int64_t own = blocks;
   if constexpr (kCfg.skip_masked_tail) own = own_blocks<Mask>(p, w, rows_first, blocks, kN);
-  // TileConfig::early_q_release: Q's buffer freed once this consumer's last S GEMM is in (else
-  // after its last P V, below); released tells the end of the tile whether that happened.
-  constexpr bool kEarlyQ = kCfg.early_q_release;
-  bool released = false;
-  auto release_q_early = [&] {
-    if constexpr (kEarlyQ) release(sm.q_empty(qb), lane), released = true;
-  };
-  if (64 * consumer >= w.rows) {
+  // No rows: past the end, or before the start (tiles aligned to the end).
+  if (64 * consumer >= w.rows || (aligned_to_end<Cfg, Mask, kServing>() && rows_first < 0)) {
     idle_tile<Cfg>(sm, w, turn, pipe, lane, v_warps);
   } else if (blocks > 0) {
     if constexpr (!kCfg.persistent) turn.start();
@@ -356,7 +350,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       wgmma_wait<0>();
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
-      if (own == 1) release_q_early();
       softmax(s, k_first);  // o is 0: alpha needs no applying
       to_fragments();
     }
@@ -373,7 +366,6 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
       wgmma_wait<1>();  // S of block j is in; P V of block j - 1 may still run
       fence_operands<kN / 2>(s);
       release(sm.k_empty(sk.stage), lane);
-      if (j == own - 1) release_q_early();
       softmax(s, k_first + static_cast<int>(j) * kN);
       wgmma_wait<0>();
       fence_operands<kD / 2>(o);
@@ -412,8 +404,7 @@ __device__ __forceinline__ void consume_tile(const Smem<Cfg>& sm, const KernelPa
   }
   // Every GEMM reading this Q is done: with O apart or stored directly, the next tile's Q may
   // load now.
-  if constexpr (kCfg.persistent && !kCfg.o_in_q())
-    if (!released) release(sm.q_empty(qb), lane);
+  if constexpr (kCfg.persistent && !kCfg.o_in_q()) release(sm.q_empty(qb), lane);
   const SoftmaxRow total[2] = {softmax.total(0), softmax.total(1)};
   Epilogue<Cfg, T, kServing>{sm, p, tm_o, consumer}.store(o, total, w);
   TILEATTN_SM90_TILE_PROBE(consumer, pipe.tiles, 6, own);

@@ -19,7 +19,9 @@ using cuda::KernelParams;
 // One tile: rows [m0, m0 + rows) of query heads h .. h + pack - 1 in batch b (row r is position
 // r >> pack_shift of head h + r % pack: GQA packing, tile_config.h; without packing rows are
 // positions of head h) against key blocks [n_begin, n_end) of its split. Positions count from
-// the sequence's first row q_start. 32-bit: the producer runs on 40 registers.
+// the sequence's first row q_start. A tile aligned to the end (TileConfig::align_to_end) may
+// start at a negative row m0, a multiple of 64: its consumers there have no rows. 32-bit: the
+// producer runs on 40 registers.
 struct Work {
   int32_t b, h, hk, m0, rows;            // rows = 0: the tile lies past its sequence's end (nothing to do)
   int32_t n_begin, n_end, split, group;  // group: the tile before the split (split-KV's merge)
@@ -34,6 +36,13 @@ struct Work {
   }
 };
 
+// Whether the kernel's tiles end at the rows' end (TileConfig::align_to_end): dense kernels
+// under a mask.
+template <class Cfg, class Mask, bool kServing>
+constexpr bool aligned_to_end() {
+  return Cfg::kCfg.align_to_end && Mask::kMasks && !kServing;
+}
+
 // kServing: the batch may be varlen, seqused or split (else every sequence is the tensors' length,
 // one split: the dense kernel keeps none of it in registers).
 template <class Cfg, class Mask, bool kServing>
@@ -47,40 +56,35 @@ __device__ __forceinline__ Work work_of(const KernelParams& p, int64_t tile) {
   }
   w.group = static_cast<int32_t>(tile);
   // Later query tiles see more keys under a causal mask: they get the lower block indices.
-  static_assert(!kCfg.fast_handoff || kCfg.lpt_mib == 0, "fast_handoff decodes the library's order only");
-  int64_t m_block;
-  if constexpr (kCfg.fast_handoff) {  // 32-bit divisions (TileConfig::fast_handoff)
-    const uint32_t t = static_cast<uint32_t>(tile), mb = static_cast<uint32_t>(p.m_blocks);
-    const uint32_t bh = t / mb, heads = static_cast<uint32_t>(p.heads_q >> p.pack_shift);
-    m_block = mb - 1 - (t - bh * mb);
-    w.b = static_cast<int32_t>(bh / heads);
-    w.h = static_cast<int32_t>((bh - static_cast<uint32_t>(w.b) * heads) << p.pack_shift);
-    w.hk = static_cast<int32_t>(static_cast<uint32_t>(w.h) / static_cast<uint32_t>(p.group));
+  int64_t m_block, bh;
+  if constexpr (kCfg.lpt_mib != 0) {  // longest first across pairs (TileConfig::lpt_mib)
+    const TileSlot slot = lpt_tile(tile, p.m_blocks, p.order_pairs, p.order_section);
+    m_block = slot.m_block, bh = slot.pair;
   } else {
-    int64_t bh;
-    if constexpr (kCfg.lpt_mib != 0) {  // longest first across pairs (TileConfig::lpt_mib)
-      const TileSlot slot = lpt_tile(tile, p.m_blocks, p.order_pairs, p.order_section);
-      m_block = slot.m_block, bh = slot.pair;
-    } else {
-      m_block = p.m_blocks - 1 - tile % p.m_blocks;
-      bh = tile / p.m_blocks;
-    }
-    const int64_t heads = p.heads_q >> p.pack_shift;
-    w.b = static_cast<int32_t>(bh / heads);
-    w.h = static_cast<int32_t>((bh % heads) << p.pack_shift);
-    w.hk = static_cast<int32_t>(w.h / p.group);
+    m_block = p.m_blocks - 1 - tile % p.m_blocks;
+    bh = tile / p.m_blocks;
   }
+  const int64_t heads = p.heads_q >> p.pack_shift;
+  w.b = static_cast<int32_t>(bh / heads);
+  w.h = static_cast<int32_t>((bh % heads) << p.pack_shift);
+  w.hk = static_cast<int32_t>(w.h / p.group);
   const SeqInfo seq = kServing ? seq_info(p.seqs, w.b) : SeqInfo{0, 0, p.seqlen_q, p.seqlen_k};
   w.q_start = static_cast<int32_t>(seq.q_start), w.k_start = static_cast<int32_t>(seq.k_start);
   w.len_q = static_cast<int32_t>(seq.len_q), w.len_k = static_cast<int32_t>(seq.len_k);
-  w.m0 = static_cast<int32_t>(m_block * kCfg.block_m());
+  // Aligned to the end: every tile moved back by the rows the last one would run past the end,
+  // rounded down to whole consumers (< block_m, so the first tile keeps 64 rows or more).
+  int64_t shift_back = 0;
+  if constexpr (aligned_to_end<Cfg, Mask, kServing>())
+    shift_back = (p.m_blocks * kCfg.block_m() - (p.seqlen_q << p.pack_shift)) & ~int64_t{63};
+  w.m0 = static_cast<int32_t>(m_block * kCfg.block_m() - shift_back);
   const int64_t rows = (seq.len_q << p.pack_shift) - w.m0;
   w.rows = static_cast<int32_t>(rows < 0 ? 0 : rows < kCfg.block_m() ? rows : kCfg.block_m());
   int64_t n_begin = 0, n_end = 0;
   if (w.rows > 0) {
     int nb, ne;
+    const int32_t first = aligned_to_end<Cfg, Mask, kServing>() && w.m0 < 0 ? 0 : w.m0;
     tile_band<Mask>(seq.len_q, seq.len_k, p.window_left, p.window_right)
-        .key_blocks(w.m0 >> p.pack_shift, ((w.m0 + w.rows - 1) >> p.pack_shift) + 1, kCfg.block_n, &nb, &ne);
+        .key_blocks(first >> p.pack_shift, ((w.m0 + w.rows - 1) >> p.pack_shift) + 1, kCfg.block_n, &nb, &ne);
     n_begin = nb, n_end = ne;
     if constexpr (kServing) split_blocks(nb, ne, p.splits, w.split, &n_begin, &n_end);
   }
@@ -132,12 +136,9 @@ struct PersistentScheduler {
         }
         return;
       }
-      // The next tile: drawn after this one's loads, or before them (fast_handoff), its value
-      // read only after them either way.
-      int drawn = 0;
-      if (Cfg::kCfg.fast_handoff && lane == 0) drawn = atomicAdd(counter, 1);
       fn(tile);
-      if (!Cfg::kCfg.fast_handoff && lane == 0) drawn = atomicAdd(counter, 1);
+      int drawn = 0;
+      if (lane == 0) drawn = atomicAdd(counter, 1);
       tile = gridDim.x + __shfl_sync(0xffffffffu, drawn, 0);
     }
   }

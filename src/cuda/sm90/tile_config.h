@@ -38,11 +38,6 @@ struct TileConfig {
   // Persistent CTAs with O apart: Q in two buffers, so the next tile's Q loads while this tile's
   // GEMMs still read the other, instead of after every consumer's last P V. A tuning variant.
   int q_buffers = 1;
-  // Persistent CTAs: the producer draws the next tile from the counter before issuing this
-  // tile's loads (the atomic's latency under the tile, not between two), and a tile's index is
-  // decoded in 32-bit arithmetic (work_of; the launch refuses 2^31 tiles or more). A tuning
-  // variant: the hand-off between two tiles took ~1100 cycles a consumer (tune_sm90_fwd_probe).
-  bool fast_handoff = false;
   // Tiles taken longest first across (batch, head) pairs (tile_order.h, lpt_tile): every pair's
   // last m-block, then every pair's one before it, ..., over sections of pairs whose K and V fit
   // lpt_mib MiB of L2 (-1: all pairs in one section). 0: the library's order, one pair at a time.
@@ -52,13 +47,15 @@ struct TileConfig {
   // Dense K and V loads with an L2 evict-last hint (every m-block of a pair reads them) and Q's
   // with evict-first (read once). A tuning variant; evict-first K and V slowed decoding by 3-5%.
   bool l2_hints = false;
-  // Persistent CTAs with O apart: a consumer frees Q's buffer once its last S GEMM is in, not
-  // after its last P V, so the next tile's Q loads under the last P V and the epilogue (FA3
-  // frees it there). A tuning variant.
-  bool early_q_release = false;
-  // Dense O stores: O / l into its staging by stmatrix (4 a thread at D = 64 instead of 16
-  // 4-byte stores), the warpgroup's second epilogue barrier waited for by the storing warp only
-  // (the others arrive), and the LSE written after it. A tuning variant.
+  // Dense kernels under a mask: the tiles of a (batch, head) end at its last row, so the tile
+  // cut short is the first, which sees the fewest keys, not the last, which sees the most. Its
+  // leading consumers have no rows (the shift is a multiple of 64; scheduler.cuh, work_of) and
+  // idle, as a consumer past the last row does. E.g. D = 64, L = 512 causal: 192-row tiles of
+  // 1 + 3 + 4 key blocks instead of 2 + 3 + 4, one consumer idle in the 1-block tile.
+  bool align_to_end = false;
+  // O staged for a TMA store: O / l into its staging by stmatrix (4 a thread at D = 64 instead
+  // of 16 4-byte stores), the warpgroup's second epilogue barrier waited for by the storing warp
+  // only (the others arrive), and the LSE written after it. On everywhere (tile_config below).
   bool lean_epilogue = false;
 
   constexpr int block_m() const { return 64 * consumers; }
@@ -131,13 +128,20 @@ struct TileConfig {
 //   (serving_tile_config at D = 128) keeps one Q buffer: its tiles are few, its time K and V's.
 //   Storing O under the next tile's first S GEMM instead (tried at 937cd47, removed) ran at
 //   0.87-1.02x: the store's ~2000 cycles then delayed that tile's first softmax and turns.
+// - The lean epilogue (lean_epilogue) ran at 1.00-1.02x at L = 512-4k at D = 64, 1.00-1.02x at
+//   D = 128 (0.997 at 4k) and 1.00-1.005x at D = 256 on an H100, outputs the same bits
+//   (bench/results/tune_sm90_h100_2026-12-06_88fc598.txt; its 16k full column, 1.04-1.06x for
+//   most variants, has the default's reading low). Freeing Q after the last S GEMM and drawing
+//   the next tile before a tile's loads lost in two runs (0.95-1.00x, 0.92-1.02x) and were
+//   removed (docs/kernels/sm90.md).
 constexpr TileConfig tile_config(int head_dim) {
-  if (head_dim > 128) return TileConfig{256, 80, 2, 2, true, false};
-  TileConfig c =
-      head_dim <= 64 ? TileConfig{64, 128, 2, 3, true, true} : TileConfig{128, 128, 2, 2, true, true};
+  TileConfig c = head_dim > 128  ? TileConfig{256, 80, 2, 2, true, false}
+                 : head_dim > 64 ? TileConfig{128, 128, 2, 2, true, true}
+                                 : TileConfig{64, 128, 2, 3, true, true};
   c.skip_masked_tail = head_dim <= 64;
-  c.q_buffers = 2;
-  c.defer_store_wait = true;
+  if (c.persistent) c.q_buffers = 2, c.defer_store_wait = true;
+  c.lean_epilogue = true;
+  c.align_to_end = true;
   return c;
 }
 
