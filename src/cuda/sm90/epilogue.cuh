@@ -108,11 +108,16 @@ struct Epilogue {
       return;
     }
     if (tid == 0) {
-      // One box per 64 columns; positions before 0 or past seqlen_q are clipped by the map.
+      // One box per 64 columns; positions past seqlen_q are clipped by the map. A box at a
+      // negative position (a consumer before row 0 of a tile aligned to the end, which has no
+      // rows) is not issued: a TMA store there is an illegal instruction on an H100, where a
+      // load reads zeros (blocks_test.cu).
+      if (kServing || rows_first >= 0) {
 #pragma unroll
-      for (int c = 0; c < kD / 64; ++c)
-        tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, w.h >> shift,
-                     static_cast<int32_t>(rows_first >> shift), w.b);
+        for (int c = 0; c < kD / 64; ++c)
+          tma_store_5d(tm_o, rows_smem + c * kCfg.block_m() * 128, 64 * c, 0, w.h >> shift,
+                       static_cast<int32_t>(rows_first >> shift), w.b);
+      }
       tma_store_commit();
       // The rows may be reused (or the CTA exit) once the store read them.
       if constexpr (!kCfg.defer_store_wait) tma_store_wait_read();
