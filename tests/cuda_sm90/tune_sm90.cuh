@@ -123,7 +123,7 @@ inline AttnParams params_of(const Buffers& buf, int64_t D, bool causal) {
 double max_diff_bf16(const void* a, const void* b, int64_t n);
 
 // kServingOnly: the serving kernel alone, bf16 without a mask (one instantiation a config, for
-// the split-decode variants of tune_sm90_split); else every kernel launch_for picks from.
+// the split-decode variants of tune_sm90_split); else every bf16 kernel launch_for picks from.
 template <class C, bool kServingOnly = false>
 void time_one(const Buffers& buf, bool causal) {
   constexpr TileConfig c = C::kCfg;
@@ -136,7 +136,7 @@ void time_one(const Buffers& buf, bool causal) {
     if constexpr (kServingOnly) {
       detail::sm90::launch<C, __nv_bfloat16, detail::NoMask, true>(p, pack, splits);
     } else {
-      detail::sm90::launch_for<C>(p);
+      detail::sm90::launch_for<C, C, __nv_bfloat16>(p);  // bf16 only: half the kernels to build
     }
   };
   // The library's kernel on the same problem, for the comparison.

@@ -140,8 +140,9 @@ LaunchShape launch_shape(const AttnParams& p) {
 // rows fit one consumer, each split streams 32 key blocks or more; its tiles are Cfg's. Plain
 // decodes without splits take it too (the serving kernel then with one split and no sequence
 // tensors). Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches keep Cfg
-// (measured on an H200, docs/kernels/sm90.md).
-template <class Cfg, class ServingCfg = Cfg>
+// (measured on an H200, docs/kernels/sm90.md). OnlyT: the one element type instantiated (the
+// tuning builds time bf16 alone; another dtype is refused), void: every one.
+template <class Cfg, class ServingCfg = Cfg, class OnlyT = void>
 void launch_for(const AttnParams& p) {
   constexpr TileConfig kCfg = Cfg::kCfg;
   static_assert(ServingCfg::kCfg.block_m() == kCfg.block_m() && ServingCfg::kCfg.block_n == kCfg.block_n,
@@ -154,7 +155,9 @@ void launch_for(const AttnParams& p) {
   cuda::for_dtype_and_mask(p, [&](auto element, auto mask) {
     using T = decltype(element);
     using Mask = typename decltype(mask)::type;
-    if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
+    if constexpr (!std::is_void_v<OnlyT> && !std::is_same_v<T, OnlyT>) {
+      throw RuntimeError("sm90 launch_for: this build instantiates one element type only");
+    } else if (serving && p.page_table && gathers_pages(p.page_size, p.seqs.start_k != nullptr, kCfg.block_n))
       launch<Cfg, T, Mask, true, true>(p, pack, splits);
     else if (decodes)
       launch<ServingCfg, T, Mask, true>(p, pack, splits);
