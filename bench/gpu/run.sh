@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh OUTDIR [STAGE...]: the GPU harness, on a machine with an NVIDIA GPU.
 #   build     configure and build (Release, CUDA for TILEATTN_CUDA_ARCHITECTURES, default 90a-real;
-#             SM90_FORWARD=OFF builds without the sm90 forward kernel, which is on by default)
+#             SM90_FORWARD=OFF builds without the sm90 forward kernel, which is on by default;
+#             BUILD_TARGETS="t1 t2": those targets alone, e.g. the tuning binaries)
 #   test      GPU tests (ctest -L cuda), then the CPU suite
 #   gputest   the GPU tests alone (GPU_TESTS=REGEX: those ctest names only)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on tests/cuda/sanitize_small
@@ -94,7 +95,9 @@ run_build() {  # with the Python extension where this Python can build it (run_i
     -DTILEATTN_CUDA_BACKWARD="${CUDA_BACKWARD:-ON}" -DPython_EXECUTABLE="$(command -v python3)")
   step configure 180 cmake "${options[@]}" -DTILEATTN_BUILD_PYTHON=ON ||
     step configure-nopy 180 cmake "${options[@]}" -DTILEATTN_BUILD_PYTHON=OFF
-  step build 420 cmake --build "$BUILD" -j "$(nproc)"
+  # BUILD_TARGETS: those targets alone (e.g. "tune_sm90 tune_sm90_fwd_probe" for a tuning call)
+  # shellcheck disable=SC2086
+  step build 420 cmake --build "$BUILD" -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
   grep -E "warning|spill|\(C75[0-9]+\)" "$LOG" | grep -v "^===" | sort -u | grep -v "sm8018attention_fwd_sm80" | head -30 >>"$SUMMARY"
   if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then  # wgmma descriptors uniform
     step check-sass 120 python3 "$ROOT/scripts/check_sass.py" "$BUILD/src/CMakeFiles/tileattn.dir/cuda/sm90/forward.cu.o"
