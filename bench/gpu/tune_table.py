@@ -16,7 +16,7 @@ import sys
 # ("overlap": a removed variant's field, kept so that older result files still parse. Files from
 # before the second Q buffer became the default at D = 64 and 128 name their default
 # "defer=0, q_bufs=1"; from before the lean epilogue became the default (after 88fc598),
-# "lean=0"; from before tiles under a mask ended at the rows' end, "end" is missing (not named).
+# "lean=0" (later files have no "lean" field: every dense kernel has it); from before tiles under a mask ended at the rows' end, "end" is missing (not named).
 # "handoff" and "early_q": removed variants' fields.)
 DEFAULTS = {
     64: {"N": 128, "stages": 2, "consumers": 3, "pingpong": 1, "persistent": 1, "packing": 1, "v_warps": 0,

@@ -73,23 +73,20 @@ constexpr TileConfig defer_store(TileConfig c) { return c.defer_store_wait = tru
 constexpr TileConfig two_q(TileConfig c) { return c.q_buffers = 2, c; }
 constexpr TileConfig lpt(TileConfig c, int mib) { return c.lpt_mib = mib, c; }
 constexpr TileConfig l2_hints(TileConfig c) { return c.l2_hints = true, c; }
-constexpr TileConfig lean(TileConfig c) { return c.lean_epilogue = true, c; }
-constexpr TileConfig no_lean(TileConfig c) { return c.lean_epilogue = false, c; }
 constexpr TileConfig aligned(TileConfig c) { return c.align_to_end = true, c; }
 constexpr TileConfig no_align(TileConfig c) { return c.align_to_end = false, c; }
 // The library's dense configs (tile_config), spelled out so that the variants below read as
 // changes to them.
-constexpr TileConfig kLib64 = aligned(lean(two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3)))))));
-constexpr TileConfig kLib128 = aligned(lean(two_q(defer_store(persistent(cfg(128, 128, 2, 2))))));
-constexpr TileConfig kLib256 = aligned(lean(cfg(256, 80, 2, 2)));
+constexpr TileConfig kLib64 = aligned(two_q(defer_store(skip(persistent(cfg(64, 128, 2, 3))))));
+constexpr TileConfig kLib128 = aligned(two_q(defer_store(persistent(cfg(128, 128, 2, 2)))));
+constexpr TileConfig kLib256 = aligned(cfg(256, 80, 2, 2));
 constexpr bool same(const TileConfig& a, const TileConfig& b) {
   return a.head_dim == b.head_dim && a.block_n == b.block_n && a.stages == b.stages &&
          a.consumers == b.consumers && a.pingpong == b.pingpong && a.persistent == b.persistent &&
          a.gqa_packing == b.gqa_packing && a.v_by_warps == b.v_by_warps &&
          a.skip_masked_tail == b.skip_masked_tail && a.softmax_chains == b.softmax_chains &&
          a.o_direct == b.o_direct && a.defer_store_wait == b.defer_store_wait && a.q_buffers == b.q_buffers &&
-         a.lpt_mib == b.lpt_mib && a.l2_hints == b.l2_hints && a.lean_epilogue == b.lean_epilogue &&
-         a.align_to_end == b.align_to_end;
+         a.lpt_mib == b.lpt_mib && a.l2_hints == b.l2_hints && a.align_to_end == b.align_to_end;
 }
 static_assert(same(kLib64, detail::sm90::tile_config(64)) && same(kLib128, detail::sm90::tile_config(128)) &&
                   same(kLib256, detail::sm90::tile_config(256)),
@@ -207,16 +204,15 @@ void time_one(const Buffers& buf, bool causal) {
   const double kv_bytes = 2.0 * B * Lk * Hkv * D * 2;
   std::printf(
       "D=%3d N=%3d stages=%d consumers=%d pingpong=%d persistent=%d packing=%d v_warps=%d skip=%d "
-      "chains=%d o_direct=%d defer=%d q_bufs=%d lpt=%d l2=%d lean=%d end=%d page=%d "
+      "chains=%d o_direct=%d defer=%d q_bufs=%d lpt=%d l2=%d end=%d page=%d "
       "smem=%6d causal=%d splits=%d B=%lld Lq=%5lld Lk=%5lld Hq=%lld Hkv=%lld: %.3f ms %6.1f TFLOP/s %6.0f "
       "GB/s "
       "of K,V  max|diff vs default| %.3g\n",
       c.head_dim, c.block_n, c.stages, c.consumers, c.pingpong, c.persistent, c.gqa_packing, c.v_by_warps,
       c.skip_masked_tail, c.softmax_chains, c.o_direct, c.defer_store_wait, c.q_buffers, c.lpt_mib,
-      c.l2_hints, c.lean_epilogue, c.align_to_end, buf.page_size, c.smem_bytes(), causal, splits,
-      static_cast<long long>(B), static_cast<long long>(Lq), static_cast<long long>(Lk),
-      static_cast<long long>(Hq), static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6,
-      diff);
+      c.l2_hints, c.align_to_end, buf.page_size, c.smem_bytes(), causal, splits, static_cast<long long>(B),
+      static_cast<long long>(Lq), static_cast<long long>(Lk), static_cast<long long>(Hq),
+      static_cast<long long>(Hkv), ms, flops / ms / 1e9, kv_bytes / ms / 1e6, diff);
 }
 
 void tune_d64(const Buffers& buf, bool causal);

@@ -13,7 +13,7 @@ void tune_d128(const Buffers& b, bool causal) {
   time_one<Cfg<no_pingpong(kLib128)>>(b, causal);
   time_one<Cfg<skip(kLib128)>>(b, causal);
   // One Q buffer, the O store's read waited for at once.
-  time_one<Cfg<lean(persistent(cfg(128, 128, 2, 2)))>>(b, causal);
+  time_one<Cfg<persistent(cfg(128, 128, 2, 2))>>(b, causal);
   // Each tile's epilogue under the next tile's first S GEMM: 0.92-1.02x (937cd47). Q freed
   // after the last S GEMM, and the next tile drawn before a tile's loads: 0.91-1.03x in two runs
   // (4893de3, 88fc598), removed. Tile orders, L2 hints and block_n 176: tune_sm90_order.cu.

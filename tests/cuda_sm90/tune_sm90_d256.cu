@@ -16,8 +16,6 @@ void tune_d256(const Buffers& b, bool causal) {
   // Persistent CTAs with O written from the accumulators (no staging in Q's rows, so the next
   // Q loads during the epilogue): 0.94-0.99x up to 4k (88fc598).
   time_one<Cfg<o_direct(persistent(cfg(256, 80, 2, 2)))>>(b, causal);
-  // Without the lean epilogue (O / l by 4-byte stores, every warp at the second barrier).
-  time_one<Cfg<cfg(256, 80, 2, 2)>>(b, causal);
 }
 
 }  // namespace tileattn::sm90_tune

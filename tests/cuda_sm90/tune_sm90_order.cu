@@ -5,15 +5,13 @@ namespace tileattn::sm90_tune {
 namespace {
 // Over kLib (the library's config): tiles longest first across the pairs (TileConfig::lpt_mib,
 // tile_order.h) in sections whose K and V fit 24 or 32 MiB of L2 and in one section; K and V
-// loaded evict-last in L2 and Q evict-first (l2_hints); O stored without the lean epilogue
-// (TileConfig::lean_epilogue off).
+// loaded evict-last in L2 and Q evict-first (l2_hints).
 template <TileConfig kLib>
 void time_orders(const Buffers& b, bool causal) {
   time_one<Cfg<lpt(kLib, 24)>>(b, causal);
   time_one<Cfg<lpt(kLib, 32)>>(b, causal);
   time_one<Cfg<lpt(kLib, -1)>>(b, causal);
   time_one<Cfg<l2_hints(kLib)>>(b, causal);
-  time_one<Cfg<no_lean(kLib)>>(b, causal);
 }
 }  // namespace
 

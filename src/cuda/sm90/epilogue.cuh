@@ -21,7 +21,7 @@
 
 // Points inside a dense tile's O store, for tests/cuda_sm90/tune_sm90_fwd_probe.cu (nothing in
 // the library's builds): 0 the rows' last store read (first barrier), 1 O / l and the LSE
-// written (lean_epilogue: O / l; its LSE after point 2), 2 the proxy fence and the second
+// written (dense kernels: O / l; their LSE after point 2), 2 the proxy fence and the second
 // barrier passed.
 #ifndef TILEATTN_SM90_EPILOGUE_PROBE
 #define TILEATTN_SM90_EPILOGUE_PROBE(consumer, point)
@@ -65,10 +65,11 @@ struct Epilogue {
     // or O's shared memory), as the 128-byte-swizzled rows TMA reads: 16-byte unit u of row r sits
     // at u ^ (r % 8), and r % 8 is this thread's g.
     uint8_t* const rows_smem = sm.o() + consumer * 64 * 128;
-    // TileConfig::lean_epilogue: dense kernels only. In the serving kernels a packed varlen q's
-    // copy waits for every thread, and the second path cost D = 256's mainloop its uniform wgmma
-    // descriptors (scripts/check_sass.py) and its paged gathers 16-32 bytes of spills.
-    constexpr bool lean = kCfg.lean_epilogue && !kServing;
+    // Dense kernels: O / l by stmatrix, the second barrier waited for by the storing warp only,
+    // the LSE after it (1.00-1.02x, tile_config.h). Not in the serving kernels: a packed varlen
+    // q's copy waits for every thread, and the second path cost D = 256's mainloop its uniform
+    // wgmma descriptors (scripts/check_sass.py) and its paged gathers 16-32 bytes of spills.
+    constexpr bool lean = !kServing;
     if (lean) stage_by_stmatrix(o, total, rows_smem, warp, lane);
 #pragma unroll
     for (int half = 0; half < 2 && !lean; ++half) {
@@ -152,7 +153,7 @@ struct Epilogue {
     }
   }
 
-  // O / l into this consumer's staging rows by stmatrix (TileConfig::lean_epilogue): matrix m of
+  // O / l into this consumer's staging rows by stmatrix (dense kernels' epilogue): matrix m of
   // a thread's four holds rows 8 (m & 1) on of its warp's 16 and the 8 columns of chunk c +
   // (m >> 1), in the swizzled layout the TMA store reads (unit u of row r at u ^ (r % 8)).
   __device__ __forceinline__ void stage_by_stmatrix(const float* o, const SoftmaxRow (&total)[2],

@@ -53,10 +53,6 @@ struct TileConfig {
   // idle, as a consumer past the last row does. E.g. D = 64, L = 512 causal: 192-row tiles of
   // 1 + 3 + 4 key blocks instead of 2 + 3 + 4, one consumer idle in the 1-block tile.
   bool align_to_end = false;
-  // O staged for a TMA store: O / l into its staging by stmatrix (4 a thread at D = 64 instead
-  // of 16 4-byte stores), the warpgroup's second epilogue barrier waited for by the storing warp
-  // only (the others arrive), and the LSE written after it. On everywhere (tile_config below).
-  bool lean_epilogue = false;
 
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int threads() const { return 128 * (consumers + 1); }
@@ -128,8 +124,10 @@ struct TileConfig {
 //   (serving_tile_config at D = 128) keeps one Q buffer: its tiles are few, its time K and V's.
 //   Storing O under the next tile's first S GEMM instead (tried at 937cd47, removed) ran at
 //   0.87-1.02x: the store's ~2000 cycles then delayed that tile's first softmax and turns.
-// - The lean epilogue (lean_epilogue) ran at 1.00-1.02x at L = 512-4k at D = 64, 1.00-1.02x at
-//   D = 128 (0.997 at 4k) and 1.00-1.005x at D = 256 on an H100, outputs the same bits
+// - The dense kernels' lean epilogue (epilogue.cuh: O / l staged by stmatrix, 4 a thread at
+//   D = 64 instead of 16 4-byte stores; the second barrier waited for by the storing warp only;
+//   the LSE after it; a tuning option until then) ran at 1.00-1.02x at L = 512-4k at D = 64,
+//   1.00-1.02x at D = 128 (0.997 at 4k) and 1.00-1.005x at D = 256 on an H100, the same bits
 //   (bench/results/tune_sm90_h100_2026-12-06_88fc598.txt; its 16k full column, 1.04-1.06x for
 //   most variants, has the default's reading low). Freeing Q after the last S GEMM and drawing
 //   the next tile before a tile's loads lost in two runs (0.95-1.00x, 0.92-1.02x) and were
@@ -143,7 +141,6 @@ constexpr TileConfig tile_config(int head_dim) {
                                  : TileConfig{64, 128, 2, 3, true, true};
   c.skip_masked_tail = head_dim <= 64;
   if (c.persistent) c.q_buffers = 2, c.defer_store_wait = true;
-  c.lean_epilogue = true;
   c.align_to_end = true;
   return c;
 }
