@@ -17,10 +17,12 @@
 namespace tileattn::detail::sm90 {
 namespace {
 
-// The backward's block sizes (bwd.h), (block_m, block_n): D = 128, D = 64, D = 256.
-constexpr std::pair<int, int> kBlocks[] = {{bwd_block_m(128), bwd_block_n(128)},
-                                           {bwd_block_m(64), bwd_block_n(64)},
-                                           {bwd_block_m(256), bwd_block_n(256)}};
+// The backward's block sizes (bwd.h), (block_m, block_n): D = 128 (under a mask and without),
+// D = 64, D = 256.
+constexpr std::pair<int, int> kBlocks[] = {{bwd_block_m(128, true), bwd_block_n(128)},
+                                           {bwd_block_m(128, false), bwd_block_n(128)},
+                                           {bwd_block_m(64, true), bwd_block_n(64)},
+                                           {bwd_block_m(256, true), bwd_block_n(256)}};
 
 struct Replay {
   bool ok = true;        // every turn came, every block summed by exactly its key blocks

@@ -18,7 +18,7 @@ namespace tileattn::detail::sm90 {
 namespace {
 
 TEST(Sm90DsLayout, StmatrixStoresEveryElementOfDsTransposedOnce) {
-  for (int block_m : {64, 128}) {  // bwd_block_m at D = 128 and 64
+  for (int block_m : {64, 80, 128}) {  // bwd_block_m at D = 128 (masked or not) and 64
     SCOPED_TRACE("block_m " + std::to_string(block_m));
     std::vector<int> hits(block_m * 64, 0);  // per 16-bit word of the chunk
     for (int warp = 0; warp < 4; ++warp)
@@ -38,25 +38,34 @@ TEST(Sm90DsLayout, StmatrixStoresEveryElementOfDsTransposedOnce) {
   }
 }
 
-// The consumer of part w stores its m64n64 dQ accumulators dq[4 g .. 4 g + 3] as float4 g * 128
-// + thread of part w (bwd_kernel.cuh, bwd_pair.cuh); element j of them is (acc_row(4 g + j),
-// acc_col(4 g + j)) of part w.
+// The consumer of part w stores its dQ accumulators dq[4 g .. 4 g + 3] as float4 g * 128 +
+// thread of part w (bwd_kernel.cuh, bwd_pair.cuh); element j of them is (acc_row(4 g + j),
+// acc_col(4 g + j)) of part w: an m64n64 tile of dQ, or at 80 rows an m64n80 tile of dQ^T (64
+// columns of D by the 80 rows).
 TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
-  for (int head_dim : {64, 128, 256}) {  // parts of 64 x 64: 2, 2 and 4 (two a consumer at D = 256)
-    const int block_m = bwd_block_m(head_dim), parts = head_dim == 256 ? 4 : 2;
-    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+  struct Case {
+    int head_dim;
+    bool window;
+  };
+  for (const Case k : {Case{64, true}, Case{128, true}, Case{128, false}, Case{256, true}}) {
+    const int head_dim = k.head_dim, block_m = bwd_block_m(head_dim, k.window);
+    const bool transposed = bwd_dq_transposed(block_m);
+    const int parts = head_dim == 256 ? 4 : 2, regs = transposed ? block_m / 2 : 32;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + " block_m " + std::to_string(block_m));
     std::vector<int> hits(block_m * head_dim, 0);
     for (int w = 0; w < parts; ++w)
       for (int t = 0; t < 128; ++t)
-        for (int g = 0; g < 8; ++g) {
+        for (int g = 0; g < regs / 4; ++g) {
           int row = -1, col = -1;
-          dq_accum_pos(w * 1024 + g * 128 + t, head_dim, &row, &col);
+          dq_accum_pos((w * regs / 4 + g) * 128 + t, head_dim, block_m, &row, &col);
           for (int j = 0; j < 4; ++j) {
             const int e = 4 * g + j;
-            const int r = dq_part_row(w, head_dim) + acc_row(e, t / 32, t % 32);
-            const int c = dq_part_col(w, head_dim) + acc_col(e, t % 32);
-            ASSERT_EQ(r, row + 8 * (j / 2)) << "w " << w << " t " << t << " g " << g << " j " << j;
-            ASSERT_EQ(c, col + j % 2) << "w " << w << " t " << t << " g " << g << " j " << j;
+            int r = dq_part_row(w, head_dim) + acc_row(e, t / 32, t % 32);
+            int c = dq_part_col(w, head_dim) + acc_col(e, t % 32);
+            if (transposed) r = acc_col(e, t % 32), c = 64 * w + acc_row(e, t / 32, t % 32);
+            const int dr = transposed ? j % 2 : 8 * (j / 2), dc = transposed ? 8 * (j / 2) : j % 2;
+            ASSERT_EQ(r, row + dr) << "w " << w << " t " << t << " g " << g << " j " << j;
+            ASSERT_EQ(c, col + dc) << "w " << w << " t " << t << " g " << g << " j " << j;
             ASSERT_LT(r, block_m);
             ASSERT_LT(c, head_dim);
             ++hits[r * head_dim + c];
@@ -73,7 +82,7 @@ TEST(Sm90DsLayout, DqAccumulatorsReadBackAtTheirRowAndColumn) {
 TEST(Sm90DsLayout, DqTilesGiveEveryQueryBlockItsOwnTileAndFindItBack) {
   const std::vector<std::vector<int32_t>> batches = {
       {17, 0, 113, 1, 300}, {64}, {0}, {128, 128, 0, 0, 1, 65, 63, 1025}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
-  for (int block_m : {64, 128})
+  for (int block_m : {64, 80, 128})
     for (const auto& lens : batches)
       for (bool packed : {true, false}) {
         SCOPED_TRACE("block_m " + std::to_string(block_m) + (packed ? " packed" : " dense"));

@@ -103,7 +103,7 @@ TEST(CudaBackward, NanReachesOnlyWhatSeesIt) {
   bc.c.k.set({0, 200, 0, 3}, std::numeric_limits<double>::quiet_NaN());  // rows < 200 do not see key 200
   bc.fwd = test::run_forward(bc.c);
   std::vector<std::pair<Kernel, int>> kernels = {{Kernel::kCudaSm80, detail::sm80::BwdTiles::kBlockM}};
-  if (sm90_available()) kernels.push_back({Kernel::kCudaSm90, detail::sm90::bwd_block_m(64)});
+  if (sm90_available()) kernels.push_back({Kernel::kCudaSm90, detail::sm90::bwd_block_m(64, true)});
   for (const auto& [kernel, block_m] : kernels) {
     Options o = p.options;
     o.kernel = kernel;
@@ -266,7 +266,7 @@ TEST(CudaBackwardSm90, KvHeadGroupsGiveTheSameBits) {
       const BackwardCase bc(p);
       const Grads whole = gpu_backward(bc, p.options);
       // One KV head's sums: 2 query heads x its dQ tiles (bwd_layout.h: DqTiles) x block_m x D floats.
-      const int bm = detail::sm90::bwd_block_m(d);
+      const int bm = detail::sm90::bwd_block_m(d, /*window=*/true);  // causal: window_right 0
       static const int32_t cu_q[] = {0, 150, 150, 247};  // the packed sequences' rows (non-null: packed)
       const detail::sm90::DqTiles tiles =
           detail::sm90::DqTiles::make(packed ? cu_q : nullptr, packed ? 3 : 2, (150 + bm - 1) / bm, 247, bm);

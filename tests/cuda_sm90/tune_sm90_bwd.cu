@@ -11,7 +11,8 @@
 // stages them in shared memory) at 64 and 128 (each step's dQ GEMM before its dK GEMM ran at
 // 0.94-1.03x, removed: docs/kernels/sm90.md); and without a mask deterministic mode in the library's
 // plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
-// (BwdParams::det_group_log2), each over the fast kernel. Their gradients are checked first against the
+// (BwdParams::det_group_log2), each over the fast kernel; at D = 128 without a mask the library's
+// 80-row kernel over 64-row steps (Variant::kRows64), the kernel and the whole path. Their gradients are checked first against the
 // library kernel's, poisoned before each run (agrees), on these shapes and on windows with Lq != Lk over
 // small grids (tiles without steps); a mismatch fails the run. Inputs: a hash fill, out and lse from the
 // library's forward. Last, the kernel's timeline CTA by CTA without a mask (tune_sm90_bwd_probe.cu): the
@@ -71,7 +72,9 @@ struct Shape {
 // The library's sm90 path for one shape, each part callable alone (the same order and buffers as
 // cuda/backward.cc), with the library's kernel, the persistent one (over `ctas` CTAs: 0, the
 // launch's choice) or the one that stores dK and dV straight from the accumulators (D = 64 and 128).
-enum class Variant { kLibrary, kPersistent, kDirect, kGrouped };
+// kRows64: D = 128 without a mask in 64-row steps, as before the 80-row kernel (the WindowMask
+// kernel with an unbounded window: the same code as the 64-row NoMask kernel but for the type).
+enum class Variant { kLibrary, kPersistent, kDirect, kGrouped, kRows64 };
 // kGrouped: deterministic mode without a mask with the key blocks of 2^g_pair_group_log2 (batch, KV
 // head) pairs interleaved in the launch order (the library's kernel, BwdParams::det_group_log2;
 // the library picks it by det_pair_group_log2): the same bits as the plain order.
@@ -107,6 +110,13 @@ struct Path {
     accum_floats = tiles * kp.dq_tiles.block_m * sh.D;
     kp.dq_order = deterministic ? m.order : nullptr;
   }
+  void rows64() {  // Variant::kRows64: dQ's tiles of 64 rows
+    const int64_t blocks = (b.fwd.seqlen_q + 63) / 64;
+    kp.dq_tiles = sm90::DqTiles::make(nullptr, b.fwd.batch, blocks, b.fwd.batch * b.fwd.seqlen_q, 64);
+    tiles = b.fwd.heads_q * kp.dq_tiles.head_blocks;
+    accum_floats = tiles * 64 * b.fwd.head_dim;
+    variant = Variant::kRows64;
+  }
   void preprocess() const { sm80::bwd_preprocess(k, DType::kBFloat16, nullptr); }
   void preprocess_zeroing() const {  // the library's: the dQ sums zeroed in the same pass
     sm80::bwd_preprocess(k, DType::kBFloat16, nullptr, kp.dq_accum, accum_floats);
@@ -126,6 +136,7 @@ struct Path {
       return sm90::backward(b, order);
     }
     if (variant == Variant::kDirect) return bwd_direct_kernel(b, kp);
+    if (variant == Variant::kRows64) return sm90::launch_bwd<128, __nv_bfloat16, WindowMask, false>(b, kp);
     cuda::for_dtype_and_mask(b.fwd, [&](auto, auto mask) {
       using Mask = typename decltype(mask)::type;
       if (b.fwd.head_dim == 64)
@@ -321,6 +332,29 @@ int main(int argc, char** argv) {
           const float kern_v = time_ms([&] { path.kernel(); });
           std::printf(" %6.3f (%s)", kern_lib / kern_v, ok ? "yes" : "no: FAILED");
         }
+        if (D == 128 && !causal) {  // the 80-row kernel over 64-row steps: the kernel, the whole path
+          Path r64(m, sh, false);
+          r64.rows64();
+          gradients(m, sh, path, &first);
+          gradients(m, sh, r64, &again);
+          const int64_t nq = sh.q_elems(), nk = sh.k_elems();
+          bool ok = true;
+          for (int64_t from : {int64_t{0}, nq, nq + nk}) {  // each gradient within a bf16 step of its largest
+            const int64_t to = from == 0 ? nq : from + nk;
+            double worst = 0, largest = 0;
+            for (int64_t i = from; i < to; ++i) {
+              const double x = detail::bf16_to_float(first[i]), y = detail::bf16_to_float(again[i]);
+              largest = std::max(largest, std::abs(x));
+              worst = std::isnan(x - y) ? x - y : std::max(worst, std::abs(x - y));
+            }
+            ok &= worst <= largest / 128;
+          }
+          failed |= !ok;
+          const float k80 = time_ms([&] { path.kernel(); }), k64 = time_ms([&] { r64.kernel(); });
+          const float a80 = time_ms([&] { path.all(); }), a64 = time_ms([&] { r64.all(); });
+          std::printf(" | 80 rows over 64: kernel %6.3f, all %6.3f (%s)", k64 / k80, a64 / a80,
+                      ok ? "yes" : "no: FAILED");
+        }
         // Deterministic mode, its counters reset before each launch: the plain order, then grouped.
         if (!causal) {
           Path det(m, sh, true);
@@ -357,7 +391,7 @@ int main(int argc, char** argv) {
                     direct          ? "direct "
                     : deterministic ? "det.   "
                                     : "library");
-        bwd_timeline(path.b, path.kp, static_cast<int>(L / sm90::bwd_block_m(D)), direct, flush, kFlushBytes);
+        bwd_timeline(path.b, path.kp, static_cast<int>((L + path.kp.dq_tiles.block_m - 1) / path.kp.dq_tiles.block_m), direct, flush, kFlushBytes);
       }
   CHECK(cudaFree(flush));
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),

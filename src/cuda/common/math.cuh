@@ -32,6 +32,18 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return r;
 }
 
+// One float rounded to nearest.
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+
 // Max or sum over the 4 lanes of a quad: in the mma.sync and wgmma accumulator layouts they
 // hold the columns of the same rows.
 __device__ __forceinline__ float quad_max(float x) {

@@ -31,10 +31,10 @@ void launch_for(const BackwardParams& b, const BwdParams& kp) {
 // conflicts), then stored a row's 16 bytes a thread. Rows past the sequence (and gap tiles,
 // DqTiles) are not written. A thread a float4 with its dq row and column worked out alone ran at
 // half the bandwidth (64-bit divisions, 4-byte stores into half sectors).
-template <class T, int kD>
+template <class T, int kD, int kM>
 __global__ void __launch_bounds__(256) dq_convert(const float* accum, T* dq, DqTiles tiles, Seqs seqs,
                                                   int64_t sb, int64_t sl, int64_t sh, float scale) {
-  constexpr int kM = bwd_block_m(kD), kRow = kD + 8, kChunks = kD / 8;
+  constexpr int kRow = kD + 8, kChunks = kD / 8;
   __shared__ __align__(16) T tile_s[kM * kRow];
   const int64_t tile = blockIdx.x, h = tile / tiles.head_blocks;
   int64_t b = 0, m = 0;
@@ -50,10 +50,17 @@ __global__ void __launch_bounds__(256) dq_convert(const float* accum, T* dq, DqT
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     int r = 0, c = 0;
-    dq_accum_pos(threadIdx.x + 256 * j, kD, &r, &c);
-    *reinterpret_cast<uint32_t*>(&tile_s[r * kRow + c]) = cuda::pack2<T>(v[j].x * scale, v[j].y * scale);
-    *reinterpret_cast<uint32_t*>(&tile_s[(r + 8) * kRow + c]) =
-        cuda::pack2<T>(v[j].z * scale, v[j].w * scale);
+    dq_accum_pos(threadIdx.x + 256 * j, kD, kM, &r, &c);
+    if constexpr (bwd_dq_transposed(kM)) {  // (r, c), (r + 1, c), (r, c + 8), (r + 1, c + 8)
+      tile_s[r * kRow + c] = cuda::from_float<T>(v[j].x * scale);
+      tile_s[(r + 1) * kRow + c] = cuda::from_float<T>(v[j].y * scale);
+      tile_s[r * kRow + c + 8] = cuda::from_float<T>(v[j].z * scale);
+      tile_s[(r + 1) * kRow + c + 8] = cuda::from_float<T>(v[j].w * scale);
+    } else {
+      *reinterpret_cast<uint32_t*>(&tile_s[r * kRow + c]) = cuda::pack2<T>(v[j].x * scale, v[j].y * scale);
+      *reinterpret_cast<uint32_t*>(&tile_s[(r + 8) * kRow + c]) =
+          cuda::pack2<T>(v[j].z * scale, v[j].w * scale);
+    }
   }
   __syncthreads();
   T* out = dq + b * sb + h * sh + (seq.q_start + m * kM) * sl;
@@ -64,10 +71,15 @@ __global__ void __launch_bounds__(256) dq_convert(const float* accum, T* dq, DqT
   }
 }
 
-template <class T, int kD>
+template <class T, int kD, int kM = bwd_block_m(kD, true)>
 void convert_for(const BackwardParams& b, const BwdParams& kp, unsigned grid, cudaStream_t stream) {
-  dq_convert<T, kD><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<T*>(b.dq), kp.dq_tiles, b.fwd.seqs,
-                                              b.dq_stride.b, b.dq_stride.l, b.dq_stride.h, kp.scale);
+  if (kp.dq_tiles.block_m != kM) {
+    if constexpr (kD == 128 && kM == 64) return convert_for<T, kD, bwd_block_m(kD, false)>(b, kp, grid, stream);
+    throw RuntimeError("sm90 dQ conversion: block_m " + std::to_string(kp.dq_tiles.block_m) + " at head_dim " +
+                       std::to_string(kD) + " has no kernel");
+  }
+  dq_convert<T, kD, kM><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<T*>(b.dq), kp.dq_tiles, b.fwd.seqs,
+                                                  b.dq_stride.b, b.dq_stride.l, b.dq_stride.h, kp.scale);
 }
 
 template <class T>

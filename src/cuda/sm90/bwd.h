@@ -13,15 +13,20 @@
 namespace tileattn::detail::sm90 {
 
 // The backward's tiles (bwd_kernel.cuh): one CTA = (batch, KV head, bwd_block_n(D) keys), two
-// consumer warpgroups, walking every query head of the group and every block of bwd_block_m(D)
-// query rows that sees the keys. At D = 64 and 128 each consumer owns 64 of 128 keys: 64 rows a
-// step at D = 128 (a consumer's dK, dV, S^T and dP^T then take 4 x 64 of its 240 registers),
-// 128 at D = 64 (4 x 32 + 2 x 32: the step's GEMMs twice as long for the same synchronization).
-// At D = 256 (bwd_pair.cuh) both share 64 keys, one owning dV and the other dK (128 registers
-// each), 64 rows a step.
+// consumer warpgroups, walking every query head of the group and every block of
+// bwd_block_m(D, window) query rows that sees the keys. At D = 64 and 128 each consumer owns 64
+// of 128 keys: at D = 128 64 rows a step under a mask (a consumer's dK, dV, S^T and dP^T take 4
+// x 64 of its 240 registers) and 80 without one (S^T and dP^T 40 each: the step's GEMMs 25% longer
+// for the same synchronization, and their shared-memory operands read at 115 bytes a cycle
+// instead of 128; dQ is then computed transposed, as no wgmma has M = 80); 128 at D = 64 (4 x 32
+// + 2 x 32). At D = 256 (bwd_pair.cuh) both share 64 keys, one owning dV and the other dK (128
+// registers each), 64 rows a step.
 constexpr int bwd_block_n(int64_t head_dim) { return head_dim == 256 ? 64 : 128; }
-constexpr int bwd_block_m(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
-
+constexpr int bwd_block_m(int64_t head_dim, bool window) {
+  return head_dim == 64 ? 128 : head_dim == 128 && !window ? 80 : 64;
+}
+// dQ's tile computed transposed (dQ^T = K^T dS^T, bwd_layout.h: dq_accum_pos).
+constexpr bool bwd_dq_transposed(int block_m) { return block_m == 80; }
 struct BwdParams {
   cuda::KernelParams f;  // q, k, v, out, lse, their strides, the sequences, mask and score transform
   void* dk;
@@ -31,12 +36,12 @@ struct BwdParams {
   const float* lse2;
   const float* dsum;
   int64_t w_sb, w_sh;
-  // dQ in fp32, tiles of bwd_block_m(D) x D (dq_tiles: one a query block of a sequence and a
+  // dQ in fp32, tiles of block_m x D (dq_tiles: one a query block of a sequence and a
   // head, bwd_layout.h), zeroed before the launch; each CTA adds its part of every query block
   // it sees with one bulk reduction. A tile is 64 x 64 parts (D = 128 and 256: its 64-column
-  // slices; D = 64: its row halves), each laid out in the order of the m64n64 wgmma accumulators
-  // that compute it, [8][128 threads][4] (bwd_layout.h: dq_accum_pos), so the staging stores of a
-  // warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: a counter a tile,
+  // slices; D = 64: its row halves; block_m 80: 64 columns x 80 rows, transposed), each laid out
+  // in the order of the wgmma accumulators that compute it, [8 or 10][128 threads][4]
+  // (bwd_layout.h: dq_accum_pos), so the staging stores of a warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: a counter a tile,
   // zeroed, that orders those additions by key block.
   float* dq_accum;
   int* dq_order;
@@ -64,7 +69,7 @@ inline BwdParams bwd_params(const BackwardParams& b, const sm80::BwdKernelParams
   kp.batch = p.batch, kp.heads_kv = p.heads_kv, kp.scale = p.scale;
   const int block_n = bwd_block_n(p.head_dim);
   kp.n_blocks = (p.seqlen_k + block_n - 1) / block_n;
-  const int block_m = bwd_block_m(p.head_dim);
+  const int block_m = bwd_block_m(p.head_dim, p.has_window());
   kp.dq_tiles = DqTiles::make(p.seqs.cu_q, p.batch, (p.seqlen_q + block_m - 1) / block_m, p.total_q, block_m);
   return kp;
 }

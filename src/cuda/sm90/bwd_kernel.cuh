@@ -255,20 +255,30 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     wgmma_commit();
     fence_proxy_async();
     named_sync(1, 2 * kWarpgroupThreads);  // both halves of dS written
-    float dq[32];
+    // dQ's part: 64 x 64 (32 registers), or at 80 rows dQ^T's 64 columns of D by the 80 rows
+    // (K^T as an M-major A, dS's rows as a K-major B; 40 registers).
+    constexpr int kDqRegs = Smem::kDqT ? kM / 2 : 32;
+    float dq[kDqRegs];
+    if constexpr (Smem::kDqT) {  // dV's GEMM done (dK's may run on): P^T's fragments free for dQ's 40
+      wgmma_wait<1>();             // registers, else ptxas serializes every wgmma (C7512)
+      fence_operands<kD / 2>(dv);
+    }
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {  // keys 16 kk on
-      const uint64_t da =
+      const uint64_t d_s =
           make_smem_desc(sm.ds() + (kk / 4) * kM * 128 + dq_row * 128 + 32 * (kk % 4), 16, 1024);
-      const uint64_t db = make_smem_desc(sm.k() + dq_col / 64 * kN * 128 + 2048 * kk, kN * 128, 1024);
-      WgmmaOp<64, kBf16>::template ss<1>(dq, da, db, kk > 0 ? 1u : 0u);
+      const uint64_t d_k = make_smem_desc(sm.k() + dq_col / 64 * kN * 128 + 2048 * kk, kN * 128, 1024);
+      if constexpr (Smem::kDqT)
+        WgmmaOp<kM, kBf16>::template ss<0, 1>(dq, d_k, d_s, kk > 0 ? 1u : 0u);
+      else
+        WgmmaOp<64, kBf16>::template ss<1>(dq, d_s, d_k, kk > 0 ? 1u : 0u);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands<kD / 2>(dk);
     fence_operands<kD / 2>(dv);
-    fence_operands<32>(dq);
+    fence_operands<kDqRegs>(dq);
 
     // Every GEMM of this step has read dS, Q and dO: dS may be written again once the other
     // consumer's GEMMs have read it too, and the stage goes back to the loader. Every consumer
@@ -278,11 +288,11 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     mbarrier_arrive(sm.qdo_empty(stage));
     // dQ into part w of the staging buffer the writer has released, in the accumulators' order
     // (bwd_layout.h: dq_accum_pos), 512 contiguous bytes a warp's store.
-    const int buf = static_cast<int>(step & 1);
-    mbarrier_wait<false>(sm.dq_empty(buf), phase ^ 1u);
-    float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * 64 * 64);
+    const int buf = static_cast<int>(step % Smem::kDqBuffers);
+    mbarrier_wait<false>(sm.dq_empty(buf), static_cast<uint32_t>((step / Smem::kDqBuffers) & 1) ^ 1u);
+    float4* out = reinterpret_cast<float4*>(sm.dq(buf) + w * kDqRegs * kWarpgroupThreads);
 #pragma unroll
-    for (int g = 0; g < 8; ++g)
+    for (int g = 0; g < kDqRegs / 4; ++g)
       out[g * kWarpgroupThreads + tid] = make_float4(dq[4 * g], dq[4 * g + 1], dq[4 * g + 2], dq[4 * g + 3]);
     fence_proxy_async();
     mbarrier_arrive(sm.dq_full(buf));
@@ -372,7 +382,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1)
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                        const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Smem = BwdSmem<kD>;
+  using Smem = BwdSmem<kD, Mask::kMasks>;
   static_assert(!kPersistent || !kVarlen, "persistent CTAs: dense batches");
   // setmaxnreg: the varlen loader's address math wants more than 24 registers (at D = 256 it
   // spilled 112-124 bytes there, 20-24 at 40); only D = 256's consumers can spare 8 (D = 128's

@@ -41,7 +41,8 @@ template <int kD, class T, class Mask, bool kVarlen, bool kPersistent = false, c
 void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent_ctas = 0) {
   const AttnParams& p = b.fwd;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kM = BwdSmem<kD>::kM;
+  using Smem = BwdSmem<kD, Mask::kMasks>;
+  constexpr int kM = Smem::kM;
   const bool packed_q = p.seqs.cu_q != nullptr, packed_k = p.seqs.cu_k != nullptr;
   const MapView vq = map_view(p.q_stride, p.batch, p.seqlen_q, packed_q, p.total_q);
   const MapView vdo = map_view(b.dout_stride, p.batch, p.seqlen_q, packed_q, p.total_q);
@@ -51,7 +52,7 @@ void launch_bwd(const BackwardParams& b, const BwdParams& kp, int64_t persistent
   const CUtensorMap tm_do = map_of(b.dout, bf16, vdo.strides, vdo.batch, vdo.len, p.heads_q, kD, kM);
   const CUtensorMap tm_k = map_of(p.k, bf16, vk.strides, vk.batch, vk.len, p.heads_kv, kD, bwd_block_n(kD));
   const CUtensorMap tm_v = map_of(p.v, bf16, vv.strides, vv.batch, vv.len, p.heads_kv, kD, bwd_block_n(kD));
-  constexpr int kSmem = BwdSmem<kD>::kBytes;
+  constexpr int kSmem = Smem::kBytes;
   auto* const kernel = &attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Tuning>;
   cuda::set_max_dynamic_smem<&attention_bwd_sm90<kD, T, Mask, kVarlen, kPersistent, Tuning>>(kSmem,
                                                                                              p.device_index);

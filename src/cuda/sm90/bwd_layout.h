@@ -40,15 +40,23 @@ TILEATTN_HD int dkdv_stage_offset(int r, int c, int head_dim) {
 TILEATTN_HD int dq_part_row(int w, int head_dim) { return head_dim == 64 ? 64 * w : 0; }
 TILEATTN_HD int dq_part_col(int w, int head_dim) { return head_dim == 64 ? 0 : 64 * w; }
 
-// Float4 `idx` of a dQ tile in dq_accum (bwd.h): part idx / 1024, whose thread t = idx % 128
-// stored its accumulators 4 g .. 4 g + 3 there (g = idx % 1024 / 128). It holds columns *col
-// and *col + 1 of rows *row and *row + 8 (acc_row, acc_col).
-TILEATTN_HD void dq_accum_pos(int idx, int head_dim, int* row, int* col) {
-  const int part = idx / 1024, g = idx % 1024 / 128, t = idx % 128;
+// Float4 `idx` of a dQ tile in dq_accum (bwd.h): part idx / P (P = 1024 float4s of a 64 x 64
+// part, 1280 at block_m 80), whose thread t = idx % 128 stored its accumulators 4 g .. 4 g + 3
+// there (g = idx % P / 128). It holds
+// columns *col and *col + 1 of rows *row and *row + 8 (acc_row, acc_col): x, y, z, w are (row,
+// col), (row, col + 1), (row + 8, col), (row + 8, col + 1). At block_m 80 the parts are dQ^T's
+// (64 columns of D by the 80 rows), so x, y, z, w are (row, col), (row + 1, col), (row, col + 8),
+// (row + 1, col + 8).
+TILEATTN_HD void dq_accum_pos(int idx, int head_dim, int block_m, int* row, int* col) {
+  const int per = block_m == 80 ? 1280 : 1024, part = idx / per, g = idx % per / 128, t = idx % 128;
+  if (block_m == 80) {
+    *row = acc_col(4 * g, t % 32);
+    *col = 64 * part + acc_row(4 * g, t / 32, t % 32);
+    return;
+  }
   *row = dq_part_row(part, head_dim) + acc_row(4 * g, t / 32, t % 32);
   *col = dq_part_col(part, head_dim) + acc_col(4 * g, t % 32);
 }
-
 // dq_accum's tiles of block_m x head_dim fp32 (bwd.h): head-major, and within a head the
 // batch's sequences one after another. A dense batch gives each sequence m_blocks tiles (its
 // query blocks). A packed (varlen) q gives sequence b the tiles from (cu_q[b] + b block_m) /

@@ -27,7 +27,7 @@ __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int rows, int from
 }
 
 // The producer's first warp: K and V once, then each step's Q and dO (lane 0, TMA) and its lse2
-// / dsum rows (every lane kM / 32 of them, 0 past the sequence: those columns are masked; loaded
+// / dsum rows (every lane kM / 32 of them or one more, 0 past the sequence: those columns are masked; loaded
 // before the wait for the stage, stored after it) into the stage its consumers have released.
 // qdo_full completes on lane 0's expected bytes and the 32 lanes' arrivals after their stores.
 // A block that runs past a ragged sequence (BwdSeq) lands on its "landed" barrier instead; the
@@ -77,12 +77,12 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
     const int32_t q0 = st.block(i) * Smem::kM;
     const bool ragged = seq.ragged_q && q0 + Smem::kM > seq.len_q;
     const int64_t w0 = st.b * p.w_sb + h * p.w_sh + seq.q_start + q0;
-    constexpr int kPerLane = Smem::kM / 32;
+    constexpr int kPerLane = (Smem::kM + 31) / 32;  // 80 rows: the third's lanes 0-15
     float lse2[kPerLane], dsum[kPerLane];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int r = lane + 32 * j;
-      const bool ok = q0 + r < seq.len_q;
+      const bool ok = r < Smem::kM && q0 + r < seq.len_q;
       lse2[j] = ok ? p.lse2[w0 + r] : 0.0f;
       dsum[j] = ok ? p.dsum[w0 + r] : 0.0f;
     }
@@ -101,6 +101,7 @@ __device__ __forceinline__ void bwd_loader(const Smem& sm, const BwdParams& p, c
     float* dst = sm.rows(stage);
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
+      if (lane + 32 * j >= Smem::kM) continue;
       dst[lane + 32 * j] = lse2[j];
       dst[Smem::kM + lane + 32 * j] = dsum[j];
     }

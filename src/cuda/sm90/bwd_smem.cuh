@@ -12,15 +12,18 @@ namespace tileattn::detail::sm90 {
 // Shared memory: K, V ([D / 64][kN keys][64], 128-byte swizzled as TMA writes them), kStages
 // stages of Q and dO ([D / 64][kM rows][64]), dS ([kN / 64 key chunks][kM rows][64 keys],
 // swizzled), at D = 256 the consumers' P^T handoff (bwd_pair.cuh), kDqBuffers buffers of dQ's fp32 staging
-// (kM x D: the two consumers' parts, in the accumulators' order), kStages stages of lse2 / dsum rows and the
+// (kM x D: the two consumers' parts, in the accumulators' order; one buffer at 80 rows), kStages stages of lse2 / dsum rows and the
 // barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO and one dQ buffer: two
 // would need 280 KiB.
-template <int kD>
+template <int kD, bool kWindow = true>
 struct BwdSmem {
   static constexpr int kDim = kD;
-  static constexpr int kM = bwd_block_m(kD);  // query rows a step
-  static constexpr int kN = bwd_block_n(kD);  // the CTA's keys
-  static constexpr int kStages = kD == 256 ? 1 : 2, kDqBuffers = kD == 256 ? 1 : 2;
+  static constexpr int kM = bwd_block_m(kD, kWindow);  // query rows a step
+  static constexpr int kN = bwd_block_n(kD);           // the CTA's keys
+  static constexpr bool kDqT = bwd_dq_transposed(kM);  // dQ^T = K^T dS^T (bwd_kernel.cuh)
+  // Two dQ buffers at 80 rows would need 244 KiB; the addition of one reads it during the next
+  // step's first GEMMs.
+  static constexpr int kStages = kD == 256 ? 1 : 2, kDqBuffers = kD == 256 || kDqT ? 1 : 2;
   static constexpr int kKBytes = kN * kD * 2, kQBytes = kM * kD * 2;
   static constexpr int kDsBytes = kM * kN * 2, kDqBytes = kM * kD * 4;
   static constexpr int kXchBytes = kD == 256 ? kN * kM * 4 : 0;  // P^T in fp32
@@ -63,8 +66,8 @@ struct BwdSmem {
 static_assert(BwdSmem<64>::kN == 2 * 64 && BwdSmem<128>::kN == 2 * 64 && BwdSmem<256>::kN == 64,
               "two consumer warpgroups of 64 keys, or one block of 64 keys both share (D = 256)");
 static_assert(BwdSmem<64>::kM * 64 == 2 * 64 * 64 && BwdSmem<128>::kM * 128 == 2 * 64 * 64 &&
-                  BwdSmem<256>::kM * 256 == 4 * 64 * 64,
-              "a step's dQ tile is 64 x 64 parts, one or two a consumer (bwd_layout.h)");
+                  BwdSmem<128, false>::kM * 128 == 2 * 64 * 80 && BwdSmem<256>::kM * 256 == 4 * 64 * 64,
+              "a step's dQ tile is 64 x 64 parts, one or two a consumer, or 64 x 80 (bwd_layout.h)");
 
 // A CTA's sequence: where its rows start in q / dout and k / v (the TMA maps' row coordinates),
 // the maps' batch coordinates (0 in a packed varlen tensor) and the lengths. ragged_q / ragged_k:

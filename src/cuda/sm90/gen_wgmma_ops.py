@@ -22,6 +22,7 @@ namespace tileattn::detail::sm90 {
 
 // kTransB: 0 = B is K-major (rows of B^T contiguous, as K for S = Q K^T),
 //          1 = B is N-major (as V[key][d] for O = P V).
+// kTransA (SS only): 0 = A is K-major, 1 = A is M-major (as K^T for the backward's dQ^T = K^T dS^T).
 // accumulate: 0 = D = A B (the old accumulators are ignored), else D += A B.
 template <int N, bool kBf16>
 struct WgmmaOp;
@@ -61,15 +62,15 @@ def op(n, bf16):
     return f"""
 template <>
 struct WgmmaOp<{n}, {'true' if bf16 else 'false'}> {{
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{c + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{"
         "{acc}"
-        "}}, %{c}, %{c + 1}, p, 1, 1, 0, %{c + 3};\\n}}\\n"
+        "}}, %{c}, %{c + 1}, p, 1, 1, %{c + 4}, %{c + 3};\\n}}\\n"
         : {operands(c)}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }}
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {{

@@ -12,6 +12,7 @@ namespace tileattn::detail::sm90 {
 
 // kTransB: 0 = B is K-major (rows of B^T contiguous, as K for S = Q K^T),
 //          1 = B is N-major (as V[key][d] for O = P V).
+// kTransA (SS only): 0 = A is K-major, 1 = A is M-major (as K^T for the backward's dQ^T = K^T dS^T).
 // accumulate: 0 = D = A B (the old accumulators are ignored), else D += A B.
 template <int N, bool kBf16>
 struct WgmmaOp;
@@ -21,16 +22,16 @@ struct WgmmaOp;
 
 template <>
 struct WgmmaOp<64, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        "}, %32, %33, p, 1, 1, %36, %35;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -47,16 +48,16 @@ struct WgmmaOp<64, true> {
 
 template <>
 struct WgmmaOp<64, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        "}, %32, %33, p, 1, 1, %36, %35;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -73,7 +74,7 @@ struct WgmmaOp<64, false> {
 
 template <>
 struct WgmmaOp<80, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -81,9 +82,9 @@ struct WgmmaOp<80, true> {
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39"
-        "}, %40, %41, p, 1, 1, 0, %43;\n}\n"
+        "}, %40, %41, p, 1, 1, %44, %43;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -101,7 +102,7 @@ struct WgmmaOp<80, true> {
 
 template <>
 struct WgmmaOp<80, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -109,9 +110,9 @@ struct WgmmaOp<80, false> {
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39"
-        "}, %40, %41, p, 1, 1, 0, %43;\n}\n"
+        "}, %40, %41, p, 1, 1, %44, %43;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -129,7 +130,7 @@ struct WgmmaOp<80, false> {
 
 template <>
 struct WgmmaOp<96, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -137,9 +138,9 @@ struct WgmmaOp<96, true> {
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-        "}, %48, %49, p, 1, 1, 0, %51;\n}\n"
+        "}, %48, %49, p, 1, 1, %52, %51;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -157,7 +158,7 @@ struct WgmmaOp<96, true> {
 
 template <>
 struct WgmmaOp<96, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
@@ -165,9 +166,9 @@ struct WgmmaOp<96, false> {
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-        "}, %48, %49, p, 1, 1, 0, %51;\n}\n"
+        "}, %48, %49, p, 1, 1, %52, %51;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -185,7 +186,7 @@ struct WgmmaOp<96, false> {
 
 template <>
 struct WgmmaOp<128, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -194,9 +195,9 @@ struct WgmmaOp<128, true> {
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        "}, %64, %65, p, 1, 1, %68, %67;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -215,7 +216,7 @@ struct WgmmaOp<128, true> {
 
 template <>
 struct WgmmaOp<128, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -224,9 +225,9 @@ struct WgmmaOp<128, false> {
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        "}, %64, %65, p, 1, 1, %68, %67;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -245,7 +246,7 @@ struct WgmmaOp<128, false> {
 
 template <>
 struct WgmmaOp<176, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -256,9 +257,9 @@ struct WgmmaOp<176, true> {
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
-        "}, %88, %89, p, 1, 1, 0, %91;\n}\n"
+        "}, %88, %89, p, 1, 1, %92, %91;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -279,7 +280,7 @@ struct WgmmaOp<176, true> {
 
 template <>
 struct WgmmaOp<176, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
@@ -290,9 +291,9 @@ struct WgmmaOp<176, false> {
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87"
-        "}, %88, %89, p, 1, 1, 0, %91;\n}\n"
+        "}, %88, %89, p, 1, 1, %92, %91;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -313,7 +314,7 @@ struct WgmmaOp<176, false> {
 
 template <>
 struct WgmmaOp<192, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -324,9 +325,9 @@ struct WgmmaOp<192, true> {
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-        "}, %96, %97, p, 1, 1, 0, %99;\n}\n"
+        "}, %96, %97, p, 1, 1, %100, %99;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -347,7 +348,7 @@ struct WgmmaOp<192, true> {
 
 template <>
 struct WgmmaOp<192, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -358,9 +359,9 @@ struct WgmmaOp<192, false> {
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-        "}, %96, %97, p, 1, 1, 0, %99;\n}\n"
+        "}, %96, %97, p, 1, 1, %100, %99;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -381,7 +382,7 @@ struct WgmmaOp<192, false> {
 
 template <>
 struct WgmmaOp<256, true> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -394,9 +395,9 @@ struct WgmmaOp<256, true> {
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        "}, %128, %129, p, 1, 1, %132, %131;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
@@ -419,7 +420,7 @@ struct WgmmaOp<256, true> {
 
 template <>
 struct WgmmaOp<256, false> {
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -432,9 +433,9 @@ struct WgmmaOp<256, false> {
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        "}, %128, %129, p, 1, 1, %132, %131;\n}\n"
         : TILEATTN_D8(0), TILEATTN_D8(8), TILEATTN_D8(16), TILEATTN_D8(24), TILEATTN_D8(32), TILEATTN_D8(40), TILEATTN_D8(48), TILEATTN_D8(56), TILEATTN_D8(64), TILEATTN_D8(72), TILEATTN_D8(80), TILEATTN_D8(88), TILEATTN_D8(96), TILEATTN_D8(104), TILEATTN_D8(112), TILEATTN_D8(120)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
   template <int kTransB>
   __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, uint32_t accumulate) {
