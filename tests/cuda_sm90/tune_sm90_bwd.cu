@@ -12,11 +12,12 @@
 // 0.94-1.03x, removed: docs/kernels/sm90.md); and without a mask deterministic mode in the library's
 // plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
 // (BwdParams::det_group_log2), each over the fast kernel; at D = 128 without a mask the library's
-// 80-row kernel over 64-row steps (Variant::kRows64), the kernel and the whole path. Their gradients are checked first against the
-// library kernel's, poisoned before each run (agrees), on these shapes and on windows with Lq != Lk over
-// small grids (tiles without steps); a mismatch fails the run. Inputs: a hash fill, out and lse from the
-// library's forward. Last, the kernel's timeline CTA by CTA without a mask (tune_sm90_bwd_probe.cu): the
-// library's kernel in the fast and the deterministic mode at D = 64, 128 and 256, and direct at 64 and 128.
+// 80-row kernel over 64-row steps (Variant::kRows64), the kernel and the whole path. Their gradients are
+// checked first against the library kernel's, poisoned before each run (agrees), on these shapes and on
+// windows with Lq != Lk over small grids (tiles without steps); a mismatch fails the run. Inputs: a hash
+// fill, out and lse from the library's forward. Last, the kernel's timeline CTA by CTA without a mask
+// (tune_sm90_bwd_probe.cu): the library's kernel in the fast and the deterministic mode at D = 64, 128 and
+// 256, and direct at 64 and 128.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -391,7 +392,9 @@ int main(int argc, char** argv) {
                     direct          ? "direct "
                     : deterministic ? "det.   "
                                     : "library");
-        bwd_timeline(path.b, path.kp, static_cast<int>((L + path.kp.dq_tiles.block_m - 1) / path.kp.dq_tiles.block_m), direct, flush, kFlushBytes);
+        bwd_timeline(path.b, path.kp,
+                     static_cast<int>((L + path.kp.dq_tiles.block_m - 1) / path.kp.dq_tiles.block_m), direct,
+                     flush, kFlushBytes);
       }
   CHECK(cudaFree(flush));
   for (void* ptr : {m.q, m.k, m.v, m.dout, m.out, m.dq, m.dk, m.dv, static_cast<void*>(m.lse),

@@ -41,8 +41,8 @@ struct BwdParams {
   // it sees with one bulk reduction. A tile is 64 x 64 parts (D = 128 and 256: its 64-column
   // slices; D = 64: its row halves; block_m 80: 64 columns x 80 rows, transposed), each laid out
   // in the order of the wgmma accumulators that compute it, [8 or 10][128 threads][4]
-  // (bwd_layout.h: dq_accum_pos), so the staging stores of a warp are 512 contiguous bytes; dq_from_accum maps it back. deterministic: a counter a tile,
-  // zeroed, that orders those additions by key block.
+  // (bwd_layout.h: dq_accum_pos), so the staging stores of a warp are 512 contiguous bytes; dq_from_accum
+  // maps it back. deterministic: a counter a tile, zeroed, that orders those additions by key block.
   float* dq_accum;
   int* dq_order;
   DqTiles dq_tiles;

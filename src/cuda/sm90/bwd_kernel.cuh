@@ -260,7 +260,7 @@ __device__ __forceinline__ void bwd_consumer(const Smem& sm, const BwdParams& p,
     constexpr int kDqRegs = Smem::kDqT ? kM / 2 : 32;
     float dq[kDqRegs];
     if constexpr (Smem::kDqT) {  // dV's GEMM done (dK's may run on): P^T's fragments free for dQ's 40
-      wgmma_wait<1>();             // registers, else ptxas serializes every wgmma (C7512)
+      wgmma_wait<1>();           // registers, else ptxas serializes every wgmma (C7512)
       fence_operands<kD / 2>(dv);
     }
     wgmma_fence();

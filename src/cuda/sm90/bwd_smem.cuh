@@ -12,9 +12,9 @@ namespace tileattn::detail::sm90 {
 // Shared memory: K, V ([D / 64][kN keys][64], 128-byte swizzled as TMA writes them), kStages
 // stages of Q and dO ([D / 64][kM rows][64]), dS ([kN / 64 key chunks][kM rows][64 keys],
 // swizzled), at D = 256 the consumers' P^T handoff (bwd_pair.cuh), kDqBuffers buffers of dQ's fp32 staging
-// (kM x D: the two consumers' parts, in the accumulators' order; one buffer at 80 rows), kStages stages of lse2 / dsum rows and the
-// barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO and one dQ buffer: two
-// would need 280 KiB.
+// (kM x D: the two consumers' parts, in the accumulators' order; one buffer at 80 rows), kStages stages of
+// lse2 / dsum rows and the barriers; every tile on a 1024-byte boundary. D = 256 has one stage of Q and dO
+// and one dQ buffer: two would need 280 KiB.
 template <int kD, bool kWindow = true>
 struct BwdSmem {
   static constexpr int kDim = kD;
