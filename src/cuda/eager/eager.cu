@@ -17,6 +17,7 @@
 #include "common/mask.h"
 #include "common/online_softmax.h"
 #include "cuda/check.h"
+#include "cuda/common/math.cuh"
 #include "cuda/cuda_api.h"
 #include "cuda/device_guard.h"
 #include "cuda/eager/cublas_handle.h"
@@ -37,20 +38,6 @@ __device__ float to_float(__half x) {
 template <>
 __device__ float to_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
-}
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float(float x) {
-  return x;
-}
-template <>
-__device__ __half from_float(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __nv_bfloat16 from_float(float x) {
-  return __float2bfloat16_rn(x);
 }
 
 __device__ float block_reduce(float x, bool is_max, float* scratch) {

@@ -25,8 +25,6 @@ constexpr int bwd_block_n(int64_t head_dim) { return head_dim == 256 ? 64 : 128;
 constexpr int bwd_block_m(int64_t head_dim, bool window) {
   return head_dim == 64 ? 128 : head_dim == 128 && !window ? 80 : 64;
 }
-// dQ's tile computed transposed (dQ^T = K^T dS^T, bwd_layout.h: dq_accum_pos).
-constexpr bool bwd_dq_transposed(int block_m) { return block_m == 80; }
 struct BwdParams {
   cuda::KernelParams f;  // q, k, v, out, lse, their strides, the sequences, mask and score transform
   void* dk;

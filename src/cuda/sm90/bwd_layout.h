@@ -40,6 +40,9 @@ TILEATTN_HD int dkdv_stage_offset(int r, int c, int head_dim) {
 TILEATTN_HD int dq_part_row(int w, int head_dim) { return head_dim == 64 ? 64 * w : 0; }
 TILEATTN_HD int dq_part_col(int w, int head_dim) { return head_dim == 64 ? 0 : 64 * w; }
 
+// dQ's tile computed transposed (dQ^T = K^T dS^T: no wgmma has M = 80), in parts of 64 columns
+// of D by the block_m rows.
+TILEATTN_HD constexpr bool bwd_dq_transposed(int block_m) { return block_m == 80; }
 // Float4 `idx` of a dQ tile in dq_accum (bwd.h): part idx / P (P = 1024 float4s of a 64 x 64
 // part, 1280 at block_m 80), whose thread t = idx % 128 stored its accumulators 4 g .. 4 g + 3
 // there (g = idx % P / 128). It holds
@@ -48,8 +51,9 @@ TILEATTN_HD int dq_part_col(int w, int head_dim) { return head_dim == 64 ? 0 : 6
 // (64 columns of D by the 80 rows), so x, y, z, w are (row, col), (row + 1, col), (row, col + 8),
 // (row + 1, col + 8).
 TILEATTN_HD void dq_accum_pos(int idx, int head_dim, int block_m, int* row, int* col) {
-  const int per = block_m == 80 ? 1280 : 1024, part = idx / per, g = idx % per / 128, t = idx % 128;
-  if (block_m == 80) {
+  const bool transposed = bwd_dq_transposed(block_m);
+  const int per = transposed ? 16 * block_m : 1024, part = idx / per, g = idx % per / 128, t = idx % 128;
+  if (transposed) {
     *row = acc_col(4 * g, t % 32);
     *col = 64 * part + acc_row(4 * g, t / 32, t % 32);
     return;
