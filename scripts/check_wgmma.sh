@@ -3,7 +3,7 @@
 # forward and backward objects of a Ninja build with ptxas's report (-Xptxas -v, to a
 # scratch file) and fails on any C75xx "wgmma serialized" or "warpgroup.wait injected" line:
 # ptxas prints them as info, not warnings, and a kernel with one runs its GEMMs one at a time
-# (docs/kernels/sm90.md, "Registers"). Known and accepted: the D = 64 cp.async-gather forward
+# (docs/kernels/sm90_backward.md, "Registers"). Known and accepted: the D = 64 cp.async-gather forward
 # (kGather, opt-in; three consumers at 152 registers), listed by name below.
 set -euo pipefail
 build=${1:?usage: check_wgmma.sh BUILD_DIR}

@@ -38,7 +38,7 @@ int64_t set_sm90_backward_dq_cap(int64_t bytes);
 // Deterministic mode without a mask on the sm90 backward: the L2 bytes under which the launch
 // order interleaves (batch, KV head) pairs (sm90/bwd_order.h: det_pair_group_log2); <= 0: never. By
 // default kSm90DetGroupL2Bytes, 16 MiB: every grouping it picks on an H100's tuning run was faster
-// than the plain order (docs/kernels/sm90.md). Returns the budget it replaced.
+// than the plain order (docs/kernels/sm90_log.md). Returns the budget it replaced.
 constexpr int64_t kSm90DetGroupL2Bytes = int64_t{16} << 20;
 int64_t set_sm90_backward_det_budget(int64_t bytes);
 void combine(const CombineParams& c);  // split-KV partial states merged (combine.cu)

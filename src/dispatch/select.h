@@ -44,7 +44,7 @@ bool sm90_gathers(const AttnParams& p);
 // Why the sm90 backward cannot run b (on top of the above and an sm90-capable selection).
 Rejection sm90_backward_rejects(const BackwardParams& b);
 // Whether Kernel::kAuto runs the sm90 backward: wherever it can (measured ahead of the sm80
-// kernels at every shape timed: cuda_limits.cc, docs/kernels/sm90.md "The backward").
+// kernels at every shape timed: cuda_limits.cc, docs/kernels/sm90_backward.md "The backward").
 bool sm90_backward_preferred(const BackwardParams& b);
 
 }  // namespace tileattn::detail

@@ -1,6 +1,6 @@
 // stream_probe: how fast TMA streams a decode's K and V on this GPU with no attention in the
 // way. The sm90 split decode reads 3.5-3.6 TB/s at 1 x 128k and 8 x 16k and 4.1 at 8 x 128k,
-// where cuDNN reads 3.9 and 4.4 (docs/kernels/sm90.md). Each variant here is a producer warp
+// where cuDNN reads 3.9 and 4.4 (docs/kernels/sm90_serving.md). Each variant here is a producer warp
 // issuing the loads of a fixed run of key blocks a CTA (as the split decode does) into a ring,
 // and a consumer warp that releases each stage once it landed (after `spin_ns`, standing in
 // for the GEMMs). The variants change one thing at a time against the kernel's pattern:

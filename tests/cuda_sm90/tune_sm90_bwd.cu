@@ -9,7 +9,7 @@
 // times two variants alone: persistent CTAs (one an SM walking the tiles) at every head dim, and
 // dK / dV stored straight from the accumulators (BwdTuning::kStageDkDv off; the library's kernel
 // stages them in shared memory) at 64 and 128 (each step's dQ GEMM before its dK GEMM ran at
-// 0.94-1.03x, removed: docs/kernels/sm90.md); and without a mask deterministic mode in the library's
+// 0.94-1.03x, removed: docs/kernels/sm90_log.md); and without a mask deterministic mode in the library's
 // plain launch order and with 2, 4 and 8 (batch, KV head) pairs' key blocks interleaved
 // (BwdParams::det_group_log2), each over the fast kernel; at D = 128 without a mask the library's
 // 80-row kernel over 64-row steps (Variant::kRows64), the kernel and the whole path. Their gradients are

@@ -46,7 +46,7 @@ inline constexpr uint32_t kHangCycles = 1u << 31;
 
 // A wait that never ends: the kernel traps. Out of line: an inline trap where wgmma
 // accumulators are live makes ptxas give up the registers setmaxnreg raised and serialize the
-// wgmmas (ptxas -v; docs/kernels/sm90.md, "Registers").
+// wgmmas (ptxas -v; docs/kernels/sm90_backward.md, "Registers").
 inline __device__ __noinline__ void hang_trap() { __trap(); }
 
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, so

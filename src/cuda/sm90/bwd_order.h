@@ -55,7 +55,7 @@ TILEATTN_HD int64_t grouped_tile(int64_t x, int64_t y, int64_t n_blocks, int gro
 // budget_bytes, each pair holding rows_per_pair query rows (its query heads' rows) of head_dim;
 // 0, the plain order, when none does, when budget_bytes <= 0, or when the groups would pass the
 // grid's 65535 in y. Interleaved pairs gain while their rows stay in L2 and lose once they do not
-// (docs/kernels/sm90.md, "Deterministic mode").
+// (docs/kernels/sm90_backward.md, "Deterministic mode"; measured in docs/kernels/sm90_log.md).
 inline int det_pair_group_log2(int64_t rows_per_pair, int64_t head_dim, int64_t pairs, int64_t budget_bytes) {
   const int64_t pair_bytes = rows_per_pair * head_dim * (2 + 2 + 4);
   for (int log2 : {3, 2, 1}) {

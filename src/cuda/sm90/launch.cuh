@@ -140,7 +140,7 @@ LaunchShape launch_shape(const AttnParams& p) {
 // rows fit one consumer, each split streams 32 key blocks or more; its tiles are Cfg's. Plain
 // decodes without splits take it too (the serving kernel then with one split and no sequence
 // tensors). Varlen prefill, short splits (1 x 32k: 16 blocks a split) and paged caches keep Cfg
-// (measured on an H200, docs/kernels/sm90.md). OnlyT: the one element type instantiated (the
+// (measured on an H200, docs/kernels/sm90_serving.md). OnlyT: the one element type instantiated (the
 // tuning builds time bf16 alone; another dtype is refused), void: every one.
 template <class Cfg, class ServingCfg = Cfg, class OnlyT = void>
 void launch_for(const AttnParams& p) {

@@ -131,7 +131,7 @@ struct TileConfig {
 //   (bench/results/tune_sm90_h100_2026-12-06_88fc598.txt; its 16k full column, 1.04-1.06x for
 //   most variants, has the default's reading low). Freeing Q after the last S GEMM and drawing
 //   the next tile before a tile's loads lost in two runs (0.95-1.00x, 0.92-1.02x) and were
-//   removed (docs/kernels/sm90.md).
+//   removed (docs/kernels/sm90_log.md).
 // - With the lean epilogue and the end-aligned tiles (align_to_end) the forward sweep on an H100
 //   ran D = 64 causal at 0.87 / 0.91x cuDNN at L = 512 / 1k (0.82 / 0.84x before, 221 / 305
 //   TFLOP/s against 212 / 282; bench/results/gpu_forward_h100_2026-12-06_5cc3bd0.json).

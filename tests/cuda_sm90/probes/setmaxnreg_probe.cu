@@ -2,7 +2,7 @@
 // A 384-thread kernel (launch share 168 registers): warpgroup 0 gives registers back and
 // returns, the other two raise theirs to 240 and keep NN accumulators live across a loop.
 // scripts/setmaxnreg_probe.sh compiles it at several NN, with and without the setmaxnreg pair,
-// and prints ptxas's spills (docs/kernels/sm90.md, "Registers").
+// and prints ptxas's spills (docs/kernels/sm90_backward.md, "Registers").
 #ifndef NN
 #define NN 200
 #endif
