@@ -31,6 +31,7 @@ namespace {
 constexpr int64_t kBlockQ = 128, kBlockK = 128;
 
 struct Workspace {
+  // fp32 rows of Dp columns lie Dl apart, of Bc columns Bl apart (line_pitch, simd.h).
   AlignedVector<float> kf, kt, vt, dk, dv;  // the KV head: K [Lk][Dp], K^T and V^T [D][Lkp], dK, dV [Lk][Dp]
   AlignedVector<float> q, dout, dq;         // a row block: [Br][Dp]
   AlignedVector<float> s, prob, ds;         // [Br][Bc]
@@ -41,12 +42,11 @@ struct Workspace {
   // [Br/2][Dp]; dS pairs along keys [Br][Bc/2]; dS, P pairs along rows [Br/2][Bc].
   AlignedVector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
 
-  void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
-    kf.assign(lk * dp, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);
-    dk.assign(lk * dp, 0.0f), dv.assign(lk * dp, 0.0f);
-    q.assign(kBlockQ * dp, 0.0f), dout.assign(kBlockQ * dp, 0.0f), dq.assign(kBlockQ * dp, 0.0f);
-    s.assign(kBlockQ * kBlockK, 0.0f), prob.assign(kBlockQ * kBlockK, 0.0f),
-        ds.assign(kBlockQ * kBlockK, 0.0f);
+  void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp, int64_t dl, int64_t bl) {
+    kf.assign(lk * dl, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);
+    dk.assign(lk * dl, 0.0f), dv.assign(lk * dl, 0.0f);
+    q.assign(kBlockQ * dl, 0.0f), dout.assign(kBlockQ * dl, 0.0f), dq.assign(kBlockQ * dl, 0.0f);
+    s.assign(kBlockQ * bl, 0.0f), prob.assign(kBlockQ * bl, 0.0f), ds.assign(kBlockQ * bl, 0.0f);
     lse2.assign(kBlockQ, 0.0f), delta.assign(kBlockQ, 0.0f), row.assign(dp, 0.0f);
   }
   void reserve_bf16(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
@@ -119,9 +119,13 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   // 1024 keys: 148 against 170 GFLOP/s a core with rows 4160 bytes apart).
   const int64_t Dp = round_up(D, W), Lk_w = round_up(std::max<int64_t>(Lk, 1), W);
   const int64_t Lkp = Lk_w + (Lk_w % 128 == 0 ? W : 0);
+  // The other tiles' rows an odd number of lines apart (line_pitch): 576 bytes for 128 floats
+  // (fp32, D = 128, L = 1k: dQ += dS K and dK += dS^T Q at 188 and 182 against 177 and 167
+  // GFLOP/s a core with rows 512 bytes apart).
+  const int64_t Dl = line_pitch(Dp), Bl = line_pitch(kBlockK);
   const Mask mask = Mask::make(Lq, Lk, p.window_left, p.window_right);
   const float scale = p.scale, cap = p.softcap;
-  ws.reserve(Lk, Lkp, D, Dp);
+  ws.reserve(Lk, Lkp, D, Dp, Dl, Bl);
   // Rows of one head lie H x D elements apart, beyond the hardware prefetchers' reach
   // (prefetch.h): K and V's rows are prefetched kAhead rows before they are read, and a row
   // block's Q, dO and O rows in slices under the previous row block's key blocks.
@@ -134,15 +138,15 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   prefetch_kv(0, std::min(kAhead, Lk));
   for (int64_t j = 0; j < Lk; ++j) {
     if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
-    simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dp], D,
+    simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dl], D,
               1.0f);
     simd.load(element_ptr(p.v, p.dtype, kv_row(p.v_stride, j)), p.dtype, p.v_stride.d, ws.row.data(), D,
               1.0f);
-    for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dp + d], ws.vt[d * Lkp + j] = ws.row[d];
+    for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dl + d], ws.vt[d * Lkp + j] = ws.row[d];
   }
   ws.k_finite.assign((Lk + kBlockK - 1) / kBlockK, 1);
   for (int64_t n = 0; n < static_cast<int64_t>(ws.k_finite.size()); ++n)
-    ws.k_finite[n] = all_finite(&ws.kf[n * kBlockK * Dp], std::min(kBlockK, Lk - n * kBlockK) * Dp);
+    ws.k_finite[n] = all_finite(&ws.kf[n * kBlockK * Dl], std::min(kBlockK, Lk - n * kBlockK) * Dl);
   // bf16 inputs on a CPU with AVX512-BF16: the GEMMs of whole blocks on bf16 pairs (K, V, Q and
   // dO are exact in bf16; P and dS are rounded to it, as eager autograd rounds them).
   const bool bf16 = p.dtype == DType::kBFloat16 && simd.gemm_bf16 != nullptr;
@@ -151,12 +155,12 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
     ws.reserve_bf16(Lk, Lkp, D, Dp);
     pack_row_pairs(simd, ws.kt.data(), Lkp, D, Lkp, ws.ktw.data(), Lkp);  // K^T [D/2][Lkp]
     pack_row_pairs(simd, ws.vt.data(), Lkp, D, Lkp, ws.vtw.data(), Lkp);  // V^T [D/2][Lkp]
-    pack_row_pairs(simd, ws.kf.data(), Dp, Lk, Dp, ws.kw.data(), Dp);     // K [Lk/2][Dp]
+    pack_row_pairs(simd, ws.kf.data(), Dl, Lk, Dp, ws.kw.data(), Dp);     // K [Lk/2][Dp]
   }
   const auto store_rows = [&](void* base, const Strides4& st, int64_t row0, int64_t h, const float* src,
                               int64_t n, float mul) {
     for (int64_t r = 0; r < n; ++r)
-      simd.store(src + r * Dp, mul,
+      simd.store(src + r * Dl, mul,
                  const_cast<char*>(element_ptr(base, bp.grad_dtype, b * st.b + (row0 + r) * st.l + h * st.h)),
                  bp.grad_dtype, st.d, D);
   };
@@ -170,14 +174,14 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t row = seq.q_start + i0 + r;
         simd.load(element_ptr(p.q, p.dtype, b * p.q_stride.b + row * p.q_stride.l + h * p.q_stride.h),
-                  p.dtype, p.q_stride.d, &ws.q[r * Dp], D, 1.0f);
+                  p.dtype, p.q_stride.d, &ws.q[r * Dl], D, 1.0f);
         simd.load(element_ptr(bp.dout, p.dtype,
                               b * bp.dout_stride.b + row * bp.dout_stride.l + h * bp.dout_stride.h),
-                  p.dtype, bp.dout_stride.d, &ws.dout[r * Dp], D, 1.0f);
+                  p.dtype, bp.dout_stride.d, &ws.dout[r * Dl], D, 1.0f);
         simd.load(element_ptr(p.out, p.dtype, b * p.out_stride.b + row * p.out_stride.l + h * p.out_stride.h),
                   p.dtype, p.out_stride.d, ws.row.data(), D, 1.0f);
         float delta = 0;
-        for (int64_t d = 0; d < D; ++d) delta += ws.dout[r * Dp + d] * ws.row[d];
+        for (int64_t d = 0; d < D; ++d) delta += ws.dout[r * Dl + d] * ws.row[d];
         if (bp.dlse)  // a loss on the LSE: dS = P (dP - (D - dlse))
           delta -= static_cast<const float*>(
               bp.dlse)[b * bp.dlse_stride.b + h * bp.dlse_stride.h + row * bp.dlse_stride.l];
@@ -187,13 +191,13 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
             kLog2e;
       }
       if (bf16) {
-        pack_col_pairs(simd, ws.q.data(), Dp, rows, D2, ws.qw.data(), D2);
-        pack_col_pairs(simd, ws.dout.data(), Dp, rows, D2, ws.dow.data(), D2);
-        pack_row_pairs(simd, ws.q.data(), Dp, rows, Dp, ws.qpw.data(), Dp);
-        pack_row_pairs(simd, ws.dout.data(), Dp, rows, Dp, ws.dopw.data(), Dp);
+        pack_col_pairs(simd, ws.q.data(), Dl, rows, D2, ws.qw.data(), D2);
+        pack_col_pairs(simd, ws.dout.data(), Dl, rows, D2, ws.dow.data(), D2);
+        pack_row_pairs(simd, ws.q.data(), Dl, rows, Dp, ws.qpw.data(), Dp);
+        pack_row_pairs(simd, ws.dout.data(), Dl, rows, Dp, ws.dopw.data(), Dp);
       }
       const int64_t rows2 = (rows + 1) / 2;
-      const bool qdo_finite = all_finite(ws.q.data(), rows * Dp) && all_finite(ws.dout.data(), rows * Dp);
+      const bool qdo_finite = all_finite(ws.q.data(), rows * Dl) && all_finite(ws.dout.data(), rows * Dl);
       int64_t n_begin, n_end;
       key_block_range(mask, i0, i0 + rows, kBlockK, &n_begin, &n_end);
       // The next row block (this head's next, else the next head's first): its rows in slices.
@@ -219,58 +223,56 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
             block_fully_visible(mask, i0, i0 + rows, k0, k0 + kn) || (qdo_finite && ws.k_finite[n]);
         // S = Q K^T, P from the LSE, dP = dO V^T, dS.
         if (bf16) {
-          simd.gemm_bf16(rows, knp, D2, ws.qw.data(), D2, 1, ws.ktw.data() + k0, Lkp, ws.s.data(), kBlockK,
-                         false);
-          simd.gemm_bf16(rows, knp, D2, ws.dow.data(), D2, 1, ws.vtw.data() + k0, Lkp, ws.ds.data(), kBlockK,
+          simd.gemm_bf16(rows, knp, D2, ws.qw.data(), D2, 1, ws.ktw.data() + k0, Lkp, ws.s.data(), Bl, false);
+          simd.gemm_bf16(rows, knp, D2, ws.dow.data(), D2, 1, ws.vtw.data() + k0, Lkp, ws.ds.data(), Bl,
                          false);
         } else {
-          simd.gemm(rows, knp, D, ws.q.data(), Dp, 1, ws.kt.data() + k0, Lkp, ws.s.data(), kBlockK, false);
-          simd.gemm(rows, knp, D, ws.dout.data(), Dp, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), kBlockK,
-                    false);
+          simd.gemm(rows, knp, D, ws.q.data(), Dl, 1, ws.kt.data() + k0, Lkp, ws.s.data(), Bl, false);
+          simd.gemm(rows, knp, D, ws.dout.data(), Dl, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), Bl, false);
         }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0);
           const int64_t hi = std::min(kn, mask.hi(i0 + r) - k0);
-          row_grads(simd, &ws.s[r * kBlockK], &ws.prob[r * kBlockK], &ws.ds[r * kBlockK], lo, hi, scale, cap,
-                    ws.lse2[r], ws.delta[r]);
+          row_grads(simd, &ws.s[r * Bl], &ws.prob[r * Bl], &ws.ds[r * Bl], lo, hi, scale, cap, ws.lse2[r],
+                    ws.delta[r]);
         }
         // dQ += dS K, dK += dS^T Q, dV += P^T dO: whole blocks when every row sees every key or
         // what the hidden zeros multiply is finite, else each row (each key) over the span it
         // sees, so a hidden NaN reaches no gradient.
         if (whole && bf16) {
           const int64_t kn2 = (kn + 1) / 2;
-          pack_col_pairs(simd, ws.ds.data(), kBlockK, rows, kn2, ws.dsw.data(), Bc2);
-          pack_row_pairs(simd, ws.ds.data(), kBlockK, rows, kBlockK, ws.dstw.data(), kBlockK);   // [Br/2][Bc]
-          pack_row_pairs(simd, ws.prob.data(), kBlockK, rows, kBlockK, ws.ptw.data(), kBlockK);  // [Br/2][Bc]
-          simd.gemm_bf16(rows, Dp, kn2, ws.dsw.data(), Bc2, 1, &ws.kw[k0 / 2 * Dp], Dp, ws.dq.data(), Dp,
+          pack_col_pairs(simd, ws.ds.data(), Bl, rows, kn2, ws.dsw.data(), Bc2);
+          pack_row_pairs(simd, ws.ds.data(), Bl, rows, kBlockK, ws.dstw.data(), kBlockK);   // [Br/2][Bc]
+          pack_row_pairs(simd, ws.prob.data(), Bl, rows, kBlockK, ws.ptw.data(), kBlockK);  // [Br/2][Bc]
+          simd.gemm_bf16(rows, Dp, kn2, ws.dsw.data(), Bc2, 1, &ws.kw[k0 / 2 * Dp], Dp, ws.dq.data(), Dl,
                          true);
-          simd.gemm_bf16(kn, Dp, rows2, ws.dstw.data(), 1, kBlockK, ws.qpw.data(), Dp, &ws.dk[k0 * Dp], Dp,
+          simd.gemm_bf16(kn, Dp, rows2, ws.dstw.data(), 1, kBlockK, ws.qpw.data(), Dp, &ws.dk[k0 * Dl], Dl,
                          true);
-          simd.gemm_bf16(kn, Dp, rows2, ws.ptw.data(), 1, kBlockK, ws.dopw.data(), Dp, &ws.dv[k0 * Dp], Dp,
+          simd.gemm_bf16(kn, Dp, rows2, ws.ptw.data(), 1, kBlockK, ws.dopw.data(), Dp, &ws.dv[k0 * Dl], Dl,
                          true);
           continue;
         }
         if (whole) {
-          simd.gemm(rows, Dp, kn, ws.ds.data(), kBlockK, 1, &ws.kf[k0 * Dp], Dp, ws.dq.data(), Dp, true);
-          simd.gemm(kn, Dp, rows, ws.ds.data(), 1, kBlockK, ws.q.data(), Dp, &ws.dk[k0 * Dp], Dp, true);
-          simd.gemm(kn, Dp, rows, ws.prob.data(), 1, kBlockK, ws.dout.data(), Dp, &ws.dv[k0 * Dp], Dp, true);
+          simd.gemm(rows, Dp, kn, ws.ds.data(), Bl, 1, &ws.kf[k0 * Dl], Dl, ws.dq.data(), Dl, true);
+          simd.gemm(kn, Dp, rows, ws.ds.data(), 1, Bl, ws.q.data(), Dl, &ws.dk[k0 * Dl], Dl, true);
+          simd.gemm(kn, Dp, rows, ws.prob.data(), 1, Bl, ws.dout.data(), Dl, &ws.dv[k0 * Dl], Dl, true);
           continue;
         }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0),
                         hi = std::min(kn, mask.hi(i0 + r) - k0);
           if (lo < hi)
-            simd.gemm(1, Dp, hi - lo, &ws.ds[r * kBlockK + lo], kBlockK, 1, &ws.kf[(k0 + lo) * Dp], Dp,
-                      &ws.dq[r * Dp], Dp, true);
+            simd.gemm(1, Dp, hi - lo, &ws.ds[r * Bl + lo], Bl, 1, &ws.kf[(k0 + lo) * Dl], Dl, &ws.dq[r * Dl],
+                      Dl, true);
         }
         for (int64_t c = 0, r0 = 0, r1 = 0; c < kn; ++c) {
           // Rows of the block that see key k0 + c: a contiguous run [r0, r1) (mask.h).
           rows_seeing(mask, i0, rows, k0 + c, &r0, &r1);
           if (r0 >= r1) continue;
-          simd.gemm(1, Dp, r1 - r0, &ws.ds[r0 * kBlockK + c], 1, kBlockK, &ws.q[r0 * Dp], Dp,
-                    &ws.dk[(k0 + c) * Dp], Dp, true);
-          simd.gemm(1, Dp, r1 - r0, &ws.prob[r0 * kBlockK + c], 1, kBlockK, &ws.dout[r0 * Dp], Dp,
-                    &ws.dv[(k0 + c) * Dp], Dp, true);
+          simd.gemm(1, Dp, r1 - r0, &ws.ds[r0 * Bl + c], 1, Bl, &ws.q[r0 * Dl], Dl, &ws.dk[(k0 + c) * Dl], Dl,
+                    true);
+          simd.gemm(1, Dp, r1 - r0, &ws.prob[r0 * Bl + c], 1, Bl, &ws.dout[r0 * Dl], Dl,
+                    &ws.dv[(k0 + c) * Dl], Dl, true);
         }
       }
       store_rows(bp.dq, bp.dq_stride, seq.q_start + i0, h, ws.dq.data(), rows, scale);

@@ -39,9 +39,9 @@ namespace {
 struct Workspace {
   AlignedVector<float> qt;              // [D][Brp]    pre-scaled query tile, transposed
   AlignedVector<float> k;               // [Bc][D]     key block
-  AlignedVector<float> v;               // [Bc][Dp]    value block (columns past D stay 0)
+  AlignedVector<float> v;               // [Bc][Dl]    value block (columns past D stay 0)
   AlignedVector<float> st;              // [Bc][Brp]   logits, then weights, transposed
-  AlignedVector<float> o;               // [Br][Dp]    unnormalized output
+  AlignedVector<float> o;               // [Br][Dl]    unnormalized output
   AlignedVector<float> row;             // [D]         one query row
   AlignedVector<float> max, base, sum;  // [Brp] per query
   std::vector<SoftmaxRow> state;        // [Br]
@@ -52,12 +52,12 @@ struct Workspace {
   AlignedVector<uint32_t> pw;     // [Bc / 2][Brp]      the weights' pairs along keys, transposed
   AlignedVector<uint16_t> row16;  // [2][D]         strided V rows gathered
 
-  Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp)
+  Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp, int64_t dl)
       : qt(d * brp),
         k(bc * d),
-        v(bc * dp, 0.0f),
+        v(bc * dl, 0.0f),
         st(bc * brp),
-        o(br * dp),
+        o(br * dl),
         row(d),
         max(brp),
         base(brp),
@@ -94,7 +94,9 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   // or a single decode row does not pay for a full Br), Brn; their rows Brp apart, a vector
   // more where Brn is a multiple of 512 bytes (rows 2 or 4 KiB apart share the L1's sets: the
   // bf16 forward at 512-row tiles ran 1.06x, causal 1.13x, with the rows padded).
-  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Brn = round_up(rows, simd.width);
+  // O and V's rows Dl apart (line_pitch: 576 bytes at D = 128).
+  const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Dl = line_pitch(Dp),
+                Brn = round_up(rows, simd.width);
   const int64_t Brp = Brn % 128 == 0 ? Brn + simd.width : Brn;
   const bool conditional = p.rescale == Rescale::kConditional;
   const bool k_in_place = p.dtype == DType::kFloat32 && p.k_stride.d == 1 && p.page_table == nullptr;
@@ -134,7 +136,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     for (int64_t d = 0; !pairs && d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
-  std::fill(ws.o.begin(), ws.o.begin() + rows * Dp, 0.0f);
+  std::fill(ws.o.begin(), ws.o.begin() + rows * Dl, 0.0f);
 
   // Key blocks sit on a fixed grid of Bc, whatever the query tile: a row then sums its keys in
   // the same groups for any tile height (which follows the thread count), so results do not
@@ -198,7 +200,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
         simd.load(element_ptr(p.k, p.dtype, koff), p.dtype, p.k_stride.d, ws.k.data() + j * D, D, 1.0f);
       }
       const int64_t voff = kv_offset(p, p.v_stride, b, seq.k_start + k0 + j, hk);
-      simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dp, D, 1.0f);
+      simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dl, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
     if (!pairs) simd.gemm(kn, Brn, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
@@ -216,7 +218,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     for (int64_t r = 0; r < rows; ++r) {
       SoftmaxRow& state = ws.state[r];
       const float alpha = state.advance(ws.max[r], conditional);
-      if (alpha != 1.0f) simd.scale(ws.o.data() + r * Dp, Dp, alpha);
+      if (alpha != 1.0f) simd.scale(ws.o.data() + r * Dl, Dp, alpha);
       ws.base[r] = state.base();
     }
     std::fill(ws.base.begin() + rows, ws.base.begin() + Brp, 0.0f);  // padding columns: unused
@@ -230,29 +232,29 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
     }
     for (int64_t r = 0; r < rows; ++r) ws.state[r].add(ws.sum[r]);
     prefetch_rows(p.v, p.dtype, D, p.v_stride.d, kn_next, next_pos(p.v_stride));
-    // O [rows][Dp] += P [rows][kn] V [kn][Dp], P read from S^T (A(i, j) = st[j * Brp + i]).
+    // O [rows][Dp] += P [rows][kn] V [kn][Dp] (rows Dl apart), P read from S^T (A(i, j) = st[j * Brp + i]).
     // In a partly masked block each row sums only the keys it sees: a hidden key has P = 0,
     // but 0 * V is NaN when V holds a NaN or an inf, which must not reach rows that cannot see
     // it. Per element the sums are the same FMA sequence either way. On bf16 pairs the whole block
     // goes through the GEMM while V is finite (a hidden key's 0 x V is 0), row by row on fp32
     // weights where it is not: the choice follows V alone, not the tile's rows (thread count).
     if (pairs && v_finite) {
-      simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, vw, Dp, ws.o.data(), Dp, true);
+      simd.gemm_bf16(rows, Dp, (kn + 1) / 2, ws.pw.data(), 1, Brp, vw, Dp, ws.o.data(), Dl, true);
     } else if (visible && !pairs) {
-      simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dp, ws.o.data(), Dp, true);
+      simd.gemm(rows, Dp, kn, ws.st.data(), 1, Brp, ws.v.data(), Dl, ws.o.data(), Dl, true);
     } else {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = std::max<int64_t>(0, mask.lo(q0 + r) - k0);
         const int64_t hi = std::min<int64_t>(kn, mask.hi(q0 + r) - k0);
         if (lo < hi)
-          simd.gemm(1, Dp, hi - lo, ws.st.data() + lo * Brp + r, 1, Brp, ws.v.data() + lo * Dp, Dp,
-                    ws.o.data() + r * Dp, Dp, true);
+          simd.gemm(1, Dp, hi - lo, ws.st.data() + lo * Brp + r, 1, Brp, ws.v.data() + lo * Dl, Dl,
+                    ws.o.data() + r * Dl, Dl, true);
       }
     }
   }
 
   for (int64_t r = 0; r < rows; ++r)
-    store_row(p, simd, sink, b, h, seq.q_start + q0 + r, ws.state[r], ws.o.data() + r * Dp);
+    store_row(p, simd, sink, b, h, seq.q_start + q0 + r, ws.state[r], ws.o.data() + r * Dl);
 }
 
 template <class Mask>
@@ -342,7 +344,7 @@ void run(const AttnParams& p) {
   const PackedKv packed(p, simd, tile.block_k, Dp, pairs ? q_tiles * p.group_size() : 0, first, end, threads);
 #pragma omp parallel num_threads(threads)
   {
-    Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp);
+    Workspace ws(tile.block_q, Brp, tile.block_k, D, Dp, line_pitch(Dp));
     // Later query tiles see more keys under a causal mask: hand them out first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < tiles * splits; ++item) {

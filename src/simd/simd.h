@@ -77,4 +77,14 @@ const SimdKernels* simd_for(const char* isa);  // null when this CPU cannot run 
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The row pitch, in floats, of an fp32 tile of n columns that the GEMM reads in panels narrower
+// than a row (gemm's micro-kernel takes kNV vectors of B and C at a time): whole 64-byte lines,
+// an odd number of them. Rows an even number of lines apart leave some of the L1's sets unused
+// (512-byte rows: half of them), so a B panel the micro-kernels read over and over no longer
+// fits; an odd pitch spreads the panel's rows over every set.
+inline int64_t line_pitch(int64_t n) {
+  const int64_t ld = round_up(n, 16);
+  return ld / 16 % 2 ? ld : ld + 16;
+}
+
 }  // namespace tileattn::detail
