@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/aligned.h"
@@ -29,6 +30,7 @@ namespace tileattn::detail::cpu {
 namespace {
 
 constexpr int64_t kBlockQ = 128, kBlockK = 128;
+constexpr int64_t kTr = 16;  // keys a step of K's and V's transposition
 
 struct Workspace {
   // fp32 rows of Dp columns lie Dl apart, of Bc columns Bl apart (line_pitch, simd.h).
@@ -36,6 +38,7 @@ struct Workspace {
   AlignedVector<float> q, dout, dq;         // a row block: [Br][Dp]
   AlignedVector<float> s, prob, ds;         // [Br][Bc]
   AlignedVector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
+  AlignedVector<float> vb;                  // [kTr][Dl]: V's rows on their way into V^T
   std::vector<char> k_finite;               // per key block: its K rows hold no inf or NaN
   // The bf16 GEMMs' operands as words of two bf16 (simd gemm_bf16): K^T, V^T pairs along d
   // [D/2][Lkp]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
@@ -48,6 +51,7 @@ struct Workspace {
     q.assign(kBlockQ * dl, 0.0f), dout.assign(kBlockQ * dl, 0.0f), dq.assign(kBlockQ * dl, 0.0f);
     s.assign(kBlockQ * bl, 0.0f), prob.assign(kBlockQ * bl, 0.0f), ds.assign(kBlockQ * bl, 0.0f);
     lse2.assign(kBlockQ, 0.0f), delta.assign(kBlockQ, 0.0f), row.assign(dp, 0.0f);
+    vb.assign(kTr * dl, 0.0f);
   }
   void reserve_bf16(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
     const int64_t d2 = (d + 1) / 2;
@@ -88,11 +92,16 @@ void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, 
   std::fill(ds, ds + lo, 0.0f), std::fill(ds + hi, ds + kBlockK, 0.0f);
 }
 
-// Whether x[0, n) holds no inf or NaN (x * 0 is 0 exactly for finite x, NaN otherwise).
+// Whether x[0, n) holds no inf or NaN: no exponent field all ones. On the bits, so the loop
+// vectorizes (a float sum of x * 0 is a chain the compiler must keep in order).
 bool all_finite(const float* x, int64_t n) {
-  float zero = 0;
-  for (int64_t i = 0; i < n; ++i) zero += x[i] * 0.0f;
-  return zero == 0;
+  uint32_t top = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    top = std::max(top, u & 0x7f800000u);
+  }
+  return top != 0x7f800000u;
 }
 
 // The bf16 pair rows of `rows` rows of x ([rows][ld] floats, n columns): row p of dst (ld_dst
@@ -136,13 +145,20 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
     prefetch_rows(p.v, p.dtype, D, p.v_stride.d, n, [&](int64_t i) { return kv_row(p.v_stride, j0 + i); });
   };
   prefetch_kv(0, std::min(kAhead, Lk));
-  for (int64_t j = 0; j < Lk; ++j) {
-    if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
-    simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dl], D,
-              1.0f);
-    simd.load(element_ptr(p.v, p.dtype, kv_row(p.v_stride, j)), p.dtype, p.v_stride.d, ws.row.data(), D,
-              1.0f);
-    for (int64_t d = 0; d < D; ++d) ws.kt[d * Lkp + j] = ws.kf[j * Dl + d], ws.vt[d * Lkp + j] = ws.row[d];
+  // K's rows into kf, V's into vb, kTr keys at a time; then both transposed, kTr consecutive
+  // floats of a K^T and a V^T row a store (one key a store wrote one float a line).
+  for (int64_t j0 = 0; j0 < Lk; j0 += kTr) {
+    const int64_t n = std::min(kTr, Lk - j0);
+    for (int64_t j = j0; j < j0 + n; ++j) {
+      if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
+      simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dl], D,
+                1.0f);
+      simd.load(element_ptr(p.v, p.dtype, kv_row(p.v_stride, j)), p.dtype, p.v_stride.d,
+                &ws.vb[(j - j0) * Dl], D, 1.0f);
+    }
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < n; ++j)
+        ws.kt[d * Lkp + j0 + j] = ws.kf[(j0 + j) * Dl + d], ws.vt[d * Lkp + j0 + j] = ws.vb[j * Dl + d];
   }
   ws.k_finite.assign((Lk + kBlockK - 1) / kBlockK, 1);
   for (int64_t n = 0; n < static_cast<int64_t>(ws.k_finite.size()); ++n)
