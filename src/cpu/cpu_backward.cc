@@ -72,23 +72,20 @@ void row_grads(const SimdKernels& simd, const float* s, float* prob, float* ds, 
     std::fill(prob, prob + kBlockK, 0.0f), std::fill(ds, ds + kBlockK, 0.0f);
     return;
   }
-  float dtanh[kBlockK];
-  const float s2 = scale * kLog2e;
+  // Only the visible span is exponentiated; hidden P is 0 whatever lse2 is (a NaN LSE, from a
+  // NaN key of this row, must not reach keys the row does not see through the block's GEMMs).
   if (cap > 0) {
+    float dtanh[kBlockK];
     for (int64_t c = lo; c < hi; ++c) {
       const float t = std::tanh(s[c] * scale / cap);
       prob[c] = cap * t * kLog2e, dtanh[c] = 1.0f - t * t;
     }
-  } else {
-    for (int64_t c = lo; c < hi; ++c) prob[c] = s[c] * s2;
+    simd.exp2_sum(prob + lo, hi - lo, lse2);
+    for (int64_t c = lo; c < hi; ++c) ds[c] = prob[c] * (ds[c] - delta) * dtanh[c];
+  } else {  // P and dS in one pass
+    simd.softmax_grad(s + lo, prob + lo, ds + lo, hi - lo, scale * kLog2e, lse2, delta);
   }
-  // Only the visible span is exponentiated; hidden P is 0 whatever lse2 is (a NaN LSE, from a
-  // NaN key of this row, must not reach keys the row does not see through the block's GEMMs).
-  simd.exp2_sum(prob + lo, hi - lo, lse2);
   std::fill(prob, prob + lo, 0.0f), std::fill(prob + hi, prob + kBlockK, 0.0f);
-  for (int64_t c = lo; c < hi; ++c) ds[c] = prob[c] * (ds[c] - delta);
-  if (cap > 0)
-    for (int64_t c = lo; c < hi; ++c) ds[c] *= dtanh[c];
   std::fill(ds, ds + lo, 0.0f), std::fill(ds + hi, ds + kBlockK, 0.0f);
 }
 

@@ -34,6 +34,9 @@ struct SimdKernels {
   float (*row_max)(const float* x, int64_t n);
   // x[i] = exp2(x[i] - base) in place for i < n; returns the sum. exp2(-inf) is exactly 0.
   float (*exp2_sum)(float* x, int64_t n, float base);
+  // The backward's row (no softcap): p[i] = exp2(s[i] * s2 - lse2), ds[i] = p[i] * (ds[i] - delta)
+  // for i < n, rounded as those operations in that order (one pass; no fused multiply-add).
+  void (*softmax_grad)(const float* s, float* p, float* ds, int64_t n, float s2, float lse2, float delta);
   // x[i] *= a
   void (*scale)(float* x, int64_t n, float a);
   // dst[i] = src[i * stride] * mul for i < n, from fp32, fp16 or bf16
