@@ -30,32 +30,34 @@ namespace tileattn::detail::cpu {
 namespace {
 
 constexpr int64_t kBlockQ = 128, kBlockK = 128;
-constexpr int64_t kTr = 16;  // keys a step of K's and V's transposition
+constexpr int64_t kTr = 16;  // keys a step of K's and V's transposition (a divisor of kBlockK)
 
 struct Workspace {
   // fp32 rows of Dp columns lie Dl apart, of Bc columns Bl apart (line_pitch, simd.h).
-  AlignedVector<float> kf, kt, vt, dk, dv;  // the KV head: K [Lk][Dp], K^T and V^T [D][Lkp], dK, dV [Lk][Dp]
-  AlignedVector<float> q, dout, dq;         // a row block: [Br][Dp]
-  AlignedVector<float> s, prob, ds;         // [Br][Bc]
-  AlignedVector<float> lse2, delta, row;    // [Br]: the LSE in log2 units, rowsum(dO * O); one row
-  AlignedVector<float> vb;                  // [kTr][Dl]: V's rows on their way into V^T
-  std::vector<char> k_finite;               // per key block: its K rows hold no inf or NaN
+  // The KV head: K [Lk][Dp], dK, dV [Lk][Dp]; K^T and V^T a key block at a time, [Lk / Bc][D][Bc]
+  // (one block's B operand in 18 pages at D = 128, not 128).
+  AlignedVector<float> kf, kt, vt, dk, dv;
+  AlignedVector<float> q, dout, dq;       // a row block: [Br][Dp]
+  AlignedVector<float> s, prob, ds;       // [Br][Bc]
+  AlignedVector<float> lse2, delta, row;  // [Br]: the LSE in log2 units, rowsum(dO * O); one row
+  AlignedVector<float> vb;                // [kTr][Dl]: V's rows on their way into V^T
+  std::vector<char> k_finite;             // per key block: its K rows hold no inf or NaN
   // The bf16 GEMMs' operands as words of two bf16 (simd gemm_bf16): K^T, V^T pairs along d
-  // [D/2][Lkp]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
+  // [Lk / Bc][D/2][Bc]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
   // [Br/2][Dp]; dS pairs along keys [Br][Bc/2]; dS, P pairs along rows [Br/2][Bc].
   AlignedVector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
 
-  void reserve(int64_t lk, int64_t lkp, int64_t d, int64_t dp, int64_t dl, int64_t bl) {
-    kf.assign(lk * dl, 0.0f), kt.assign(d * lkp, 0.0f), vt.assign(d * lkp, 0.0f);
+  void reserve(int64_t lk, int64_t nk, int64_t d, int64_t dp, int64_t dl, int64_t bl) {
+    kf.assign(lk * dl, 0.0f), kt.assign(nk * d * bl, 0.0f), vt.assign(nk * d * bl, 0.0f);
     dk.assign(lk * dl, 0.0f), dv.assign(lk * dl, 0.0f);
     q.assign(kBlockQ * dl, 0.0f), dout.assign(kBlockQ * dl, 0.0f), dq.assign(kBlockQ * dl, 0.0f);
     s.assign(kBlockQ * bl, 0.0f), prob.assign(kBlockQ * bl, 0.0f), ds.assign(kBlockQ * bl, 0.0f);
     lse2.assign(kBlockQ, 0.0f), delta.assign(kBlockQ, 0.0f), row.assign(dp, 0.0f);
     vb.assign(kTr * dl, 0.0f);
   }
-  void reserve_bf16(int64_t lk, int64_t lkp, int64_t d, int64_t dp) {
+  void reserve_bf16(int64_t lk, int64_t nk, int64_t d, int64_t dp, int64_t bl) {
     const int64_t d2 = (d + 1) / 2;
-    ktw.assign(d2 * lkp, 0), vtw.assign(d2 * lkp, 0), kw.assign((lk + 1) / 2 * dp, 0);
+    ktw.assign(nk * d2 * bl, 0), vtw.assign(nk * d2 * bl, 0), kw.assign((lk + 1) / 2 * dp, 0);
     qw.assign(kBlockQ * d2, 0), dow.assign(kBlockQ * d2, 0), qpw.assign(kBlockQ / 2 * dp, 0);
     dopw.assign(kBlockQ / 2 * dp, 0), dsw.assign(kBlockQ * kBlockK / 2, 0),
         dstw.assign(kBlockK * kBlockQ / 2, 0);
@@ -120,18 +122,16 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   const AttnParams& p = bp.fwd;
   const SeqInfo seq = seq_info(p.seqs, b);
   const int64_t Lq = seq.len_q, Lk = seq.len_k, D = p.head_dim, W = simd.width;
-  // K^T and V^T's rows padded off multiples of 512 bytes: rows a multiple of 4 KiB apart share
-  // the L1's sets, and a GEMM's B panel (its K^T rows) then misses it (fp32 S = Q K^T at
-  // 1024 keys: 148 against 170 GFLOP/s a core with rows 4160 bytes apart).
-  const int64_t Dp = round_up(D, W), Lk_w = round_up(std::max<int64_t>(Lk, 1), W);
-  const int64_t Lkp = Lk_w + (Lk_w % 128 == 0 ? W : 0);
-  // The other tiles' rows an odd number of lines apart (line_pitch): 576 bytes for 128 floats
-  // (fp32, D = 128, L = 1k: dQ += dS K and dK += dS^T Q at 188 and 182 against 177 and 167
-  // GFLOP/s a core with rows 512 bytes apart).
-  const int64_t Dl = line_pitch(Dp), Bl = line_pitch(kBlockK);
+  // The tiles' rows an odd number of lines apart (line_pitch): 576 bytes for 128 floats (fp32,
+  // D = 128, L = 1k: dQ += dS K and dK += dS^T Q at 188 and 182 against 177 and 167 GFLOP/s a
+  // core with rows 512 bytes apart). K^T and V^T by key blocks, [nk][D][Bl] (KT floats a
+  // block): with rows across all Lk keys (4160 bytes apart at 1024) each of a block's D rows
+  // was a page of its own, and S = Q K^T ran at 183 against 201-208 GFLOP/s a core.
+  const int64_t Dp = round_up(D, W), Dl = line_pitch(Dp), Bl = line_pitch(kBlockK);
+  const int64_t nk = (Lk + kBlockK - 1) / kBlockK, KT = D * Bl;
   const Mask mask = Mask::make(Lq, Lk, p.window_left, p.window_right);
   const float scale = p.scale, cap = p.softcap;
-  ws.reserve(Lk, Lkp, D, Dp, Dl, Bl);
+  ws.reserve(Lk, nk, D, Dp, Dl, Bl);
   // Rows of one head lie H x D elements apart, beyond the hardware prefetchers' reach
   // (prefetch.h): K and V's rows are prefetched kAhead rows before they are read, and a row
   // block's Q, dO and O rows in slices under the previous row block's key blocks.
@@ -145,7 +145,7 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   // K's rows into kf, V's into vb, kTr keys at a time; then both transposed, kTr consecutive
   // floats of a K^T and a V^T row a store (one key a store wrote one float a line).
   for (int64_t j0 = 0; j0 < Lk; j0 += kTr) {
-    const int64_t n = std::min(kTr, Lk - j0);
+    const int64_t n = std::min(kTr, Lk - j0), t = j0 / kBlockK * KT + j0 % kBlockK;  // kTr divides Bc
     for (int64_t j = j0; j < j0 + n; ++j) {
       if (j + kAhead < Lk) prefetch_kv(j + kAhead, 1);
       simd.load(element_ptr(p.k, p.dtype, kv_row(p.k_stride, j)), p.dtype, p.k_stride.d, &ws.kf[j * Dl], D,
@@ -155,7 +155,7 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
     }
     for (int64_t d = 0; d < D; ++d)
       for (int64_t j = 0; j < n; ++j)
-        ws.kt[d * Lkp + j0 + j] = ws.kf[(j0 + j) * Dl + d], ws.vt[d * Lkp + j0 + j] = ws.vb[j * Dl + d];
+        ws.kt[t + d * Bl + j] = ws.kf[(j0 + j) * Dl + d], ws.vt[t + d * Bl + j] = ws.vb[j * Dl + d];
   }
   ws.k_finite.assign((Lk + kBlockK - 1) / kBlockK, 1);
   for (int64_t n = 0; n < static_cast<int64_t>(ws.k_finite.size()); ++n)
@@ -165,10 +165,12 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
   const bool bf16 = p.dtype == DType::kBFloat16 && simd.gemm_bf16 != nullptr;
   const int64_t D2 = (D + 1) / 2, Bc2 = kBlockK / 2;
   if (bf16) {
-    ws.reserve_bf16(Lk, Lkp, D, Dp);
-    pack_row_pairs(simd, ws.kt.data(), Lkp, D, Lkp, ws.ktw.data(), Lkp);  // K^T [D/2][Lkp]
-    pack_row_pairs(simd, ws.vt.data(), Lkp, D, Lkp, ws.vtw.data(), Lkp);  // V^T [D/2][Lkp]
-    pack_row_pairs(simd, ws.kf.data(), Dl, Lk, Dp, ws.kw.data(), Dp);     // K [Lk/2][Dp]
+    ws.reserve_bf16(Lk, nk, D, Dp, Bl);
+    for (int64_t n = 0; n < nk; ++n) {  // K^T, V^T [nk][D/2][Bl]
+      pack_row_pairs(simd, ws.kt.data() + n * KT, Bl, D, kBlockK, ws.ktw.data() + n * D2 * Bl, Bl);
+      pack_row_pairs(simd, ws.vt.data() + n * KT, Bl, D, kBlockK, ws.vtw.data() + n * D2 * Bl, Bl);
+    }
+    pack_row_pairs(simd, ws.kf.data(), Dl, Lk, Dp, ws.kw.data(), Dp);  // K [Lk/2][Dp]
   }
   const auto store_rows = [&](void* base, const Strides4& st, int64_t row0, int64_t h, const float* src,
                               int64_t n, float mul) {
@@ -236,12 +238,13 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
             block_fully_visible(mask, i0, i0 + rows, k0, k0 + kn) || (qdo_finite && ws.k_finite[n]);
         // S = Q K^T, P from the LSE, dP = dO V^T, dS.
         if (bf16) {
-          simd.gemm_bf16(rows, knp, D2, ws.qw.data(), D2, 1, ws.ktw.data() + k0, Lkp, ws.s.data(), Bl, false);
-          simd.gemm_bf16(rows, knp, D2, ws.dow.data(), D2, 1, ws.vtw.data() + k0, Lkp, ws.ds.data(), Bl,
+          simd.gemm_bf16(rows, knp, D2, ws.qw.data(), D2, 1, ws.ktw.data() + n * D2 * Bl, Bl, ws.s.data(), Bl,
                          false);
+          simd.gemm_bf16(rows, knp, D2, ws.dow.data(), D2, 1, ws.vtw.data() + n * D2 * Bl, Bl, ws.ds.data(),
+                         Bl, false);
         } else {
-          simd.gemm(rows, knp, D, ws.q.data(), Dl, 1, ws.kt.data() + k0, Lkp, ws.s.data(), Bl, false);
-          simd.gemm(rows, knp, D, ws.dout.data(), Dl, 1, ws.vt.data() + k0, Lkp, ws.ds.data(), Bl, false);
+          simd.gemm(rows, knp, D, ws.q.data(), Dl, 1, ws.kt.data() + n * KT, Bl, ws.s.data(), Bl, false);
+          simd.gemm(rows, knp, D, ws.dout.data(), Dl, 1, ws.vt.data() + n * KT, Bl, ws.ds.data(), Bl, false);
         }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lo = std::max<int64_t>(0, mask.lo(i0 + r) - k0);
