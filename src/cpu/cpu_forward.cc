@@ -36,8 +36,11 @@ namespace {
 // The logits are kept transposed, S^T [keys][queries]: then S^T = K Q^T reads K as it is stored
 // (only Q, once per work item, is transposed), and the softmax's per-query max and sum run
 // down columns, one SIMD lane per query.
+// Q^T's columns by panels of 64 (a multiple of every ISA's micro-kernel width): one panel, the
+// S^T GEMM's B operand for all of its rows, then lies in 8 pages instead of D rows' worth.
+constexpr int64_t kQtPanel = 64;
 struct Workspace {
-  AlignedVector<float> qt;              // [D][Brp]    pre-scaled query tile, transposed
+  AlignedVector<float> qt;              // [Brp / 64][D][64]  pre-scaled query tile, transposed, by panels
   AlignedVector<float> k;               // [Bc][D]     key block
   AlignedVector<float> v;               // [Bc][Dl]    value block (columns past D stay 0)
   AlignedVector<float> st;              // [Bc][Brp]   logits, then weights, transposed
@@ -53,7 +56,7 @@ struct Workspace {
   AlignedVector<uint16_t> row16;  // [2][D]         strided V rows gathered
 
   Workspace(int64_t br, int64_t brp, int64_t bc, int64_t d, int64_t dp, int64_t dl)
-      : qt(d * brp),
+      : qt(d * round_up(brp, kQtPanel)),
         k(bc * d),
         v(bc * dl, 0.0f),
         st(bc * brp),
@@ -124,7 +127,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   if (pairs)
     std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
   else
-    std::fill_n(ws.qt.begin(), D * Brp, 0.0f);
+    std::fill(ws.qt.begin(), ws.qt.end(), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const char* q = element_ptr(p.q, p.dtype, q_offset(r));
     if (pairs)
@@ -133,7 +136,8 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
                                                                    << 16;
     else
       simd.load(q, p.dtype, p.q_stride.d, ws.row.data(), D, q_mul);
-    for (int64_t d = 0; !pairs && d < D; ++d) ws.qt[d * Brp + r] = ws.row[d];
+    float* qt_r = ws.qt.data() + r / kQtPanel * D * kQtPanel + r % kQtPanel;
+    for (int64_t d = 0; !pairs && d < D; ++d) qt_r[d * kQtPanel] = ws.row[d];
     ws.state[r] = SoftmaxRow{};
   }
   std::fill(ws.o.begin(), ws.o.begin() + rows * Dl, 0.0f);
@@ -203,7 +207,9 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
       simd.load(element_ptr(p.v, p.dtype, voff), p.dtype, p.v_stride.d, ws.v.data() + j * Dl, D, 1.0f);
     }
     // S^T [kn][Brp] = K [kn][D] Q^T [D][Brp]
-    if (!pairs) simd.gemm(kn, Brn, D, k_rows, k_ld, 1, ws.qt.data(), Brp, ws.st.data(), Brp, false);
+    for (int64_t c = 0; !pairs && c < Brn; c += kQtPanel)  // a panel of Q^T at a time (the GEMM's order)
+      simd.gemm(kn, std::min(kQtPanel, Brn - c), D, k_rows, k_ld, 1, ws.qt.data() + c * D, kQtPanel,
+                ws.st.data() + c, Brp, false);
     prefetch_rows(p.k, p.dtype, D, p.k_stride.d, kn_next, next_pos(p.k_stride));
 
     if (p.softcap > 0)
