@@ -33,17 +33,17 @@ constexpr int64_t kBlockQ = 128, kBlockK = 128;
 constexpr int64_t kTr = 16;  // keys a step of K's and V's transposition (a divisor of kBlockK)
 
 struct Workspace {
-  // fp32 rows of Dp columns lie Dl apart, of Bc columns Bl apart (line_pitch, simd.h).
-  // The KV head: K [Lk][Dp], dK, dV [Lk][Dp]; K^T and V^T a key block at a time, [Lk / Bc][D][Bc]
-  // (one block's B operand in 18 pages at D = 128, not 128).
+  // fp32, [rows][pitch]: Dp columns Dl apart, Bc columns Bl apart (line_pitch, simd.h).
+  // The KV head: K [Lk][Dl], dK, dV [Lk][Dl]; K^T and V^T a key block at a time, [nk][D][Bl]
+  // (nk = ceil(Lk / Bc); one block's B operand in 18 pages at D = 128, not 128).
   AlignedVector<float> kf, kt, vt, dk, dv;
-  AlignedVector<float> q, dout, dq;       // a row block: [Br][Dp]
-  AlignedVector<float> s, prob, ds;       // [Br][Bc]
+  AlignedVector<float> q, dout, dq;       // a row block: [Br][Dl]
+  AlignedVector<float> s, prob, ds;       // [Br][Bl]
   AlignedVector<float> lse2, delta, row;  // [Br]: the LSE in log2 units, rowsum(dO * O); one row
   AlignedVector<float> vb;                // [kTr][Dl]: V's rows on their way into V^T
   std::vector<char> k_finite;             // per key block: its K rows hold no inf or NaN
   // The bf16 GEMMs' operands as words of two bf16 (simd gemm_bf16): K^T, V^T pairs along d
-  // [Lk / Bc][D/2][Bc]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
+  // [nk][D/2][Bl]; K pairs along keys [Lk/2][Dp]; Q, dO pairs along d [Br][D/2] and along rows
   // [Br/2][Dp]; dS pairs along keys [Br][Bc/2]; dS, P pairs along rows [Br/2][Bc].
   AlignedVector<uint32_t> ktw, vtw, kw, qw, dow, qpw, dopw, dsw, dstw, ptw;
 

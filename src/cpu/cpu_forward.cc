@@ -40,12 +40,12 @@ namespace {
 // S^T GEMM's B operand for all of its rows, then lies in 8 pages instead of D rows' worth.
 constexpr int64_t kQtPanel = 64;
 struct Workspace {
-  AlignedVector<float> qt;              // [Brp / 64][D][64]  pre-scaled query tile, transposed, by panels
-  AlignedVector<float> k;               // [Bc][D]     key block
-  AlignedVector<float> v;               // [Bc][Dl]    value block (columns past D stay 0)
-  AlignedVector<float> st;              // [Bc][Brp]   logits, then weights, transposed
-  AlignedVector<float> o;               // [Br][Dl]    unnormalized output
-  AlignedVector<float> row;             // [D]         one query row
+  AlignedVector<float> qt;   // [ceil(Brp / 64)][D][64]  pre-scaled query tile, transposed, by panels
+  AlignedVector<float> k;    // [Bc][D]     key block
+  AlignedVector<float> v;    // [Bc][Dl]    value block (columns past D stay 0)
+  AlignedVector<float> st;   // [Bc][Brp]   logits, then weights, transposed
+  AlignedVector<float> o;    // [Br][Dl]    unnormalized output
+  AlignedVector<float> row;  // [D]         one query row
   AlignedVector<float> max, base, sum;  // [Brp] per query
   std::vector<SoftmaxRow> state;        // [Br]
   // bf16 on the bf16 GEMM (simd gemm_bf16): words of two bf16, the first in the low half.
@@ -127,7 +127,7 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
   if (pairs)
     std::fill_n(ws.qw.begin(), D2 * Brp, 0u);
   else
-    std::fill(ws.qt.begin(), ws.qt.end(), 0.0f);
+    std::fill_n(ws.qt.begin(), D * round_up(Brn, kQtPanel), 0.0f);  // the panels the GEMM reads
   for (int64_t r = 0; r < rows; ++r) {
     const char* q = element_ptr(p.q, p.dtype, q_offset(r));
     if (pairs)
