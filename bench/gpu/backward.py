@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
+from progress import Rows
 
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -95,7 +96,7 @@ def measure(timer, name, q, k, v, dout, causal, release):
 
 
 def backward_suite(args, timer, release):
-    rows = []
+    rows = Rows()
     for d in args.head_dims:
         for L in args.seqlens:
             for causal in (False, True):
@@ -133,7 +134,7 @@ def varlen_backward_suite(args, timer, mixes, release):
     latter also deterministic), beside the dense sm90 backward on the same sequences (one call
     per length, timed the same way).
     TFLOP/s: 2.5x the sum of 4 L^2 H D (halved when causal)."""
-    rows = []
+    rows = Rows()
     for d in [x for x in args.head_dims if x in (64, 128, 256)]:
         H = args.hidden // d
         for mix, lens in mixes.items():

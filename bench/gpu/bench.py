@@ -45,6 +45,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import backward as backward_bench
 import kvcache as kvcache_bench
+from progress import Rows
 import read_ceiling
 import timer as timers
 import tileattn
@@ -159,7 +160,7 @@ def measure(timer, impl, q, k, v, causal, graph=True):
 
 
 def run_rows(timer, shapes, impls, inputs, rate, label, eager_max_len):
-    rows = []
+    rows = Rows()
     for shape in shapes:
         q, k, v = inputs(shape)
         first = None
@@ -225,7 +226,7 @@ def varlen_suite(args, timer):
     tileattn.flash_attn_varlen_func, beside the dense kernel on the same sequences (one dense
     call per length, timed the same way): TFLOP/s over the sum of 4 L^2 H D (halved when causal)."""
     Hq, Hkv, D = 32, 8, 128
-    rows = []
+    rows = Rows()
     for mix, lens in VARLEN_MIXES.items():
         for causal in (False, True):
             flops = sum(4.0 * L * L * Hq * D for L in lens) / (2 if causal else 1) / 1e9
@@ -263,7 +264,7 @@ def overhead_suite(args, timer, calls=2000):
     # tileattn.attention's Python checks and allocation.
     core = Impl("tileattn_core", lambda q, k, v, c: (
         lambda: tileattn._C.forward(q, k, v, out, None, stream=torch.cuda.current_stream().cuda_stream)))
-    rows = []
+    rows = Rows()
     for name in ["tileattn", "tileattn_core", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"]:
         impl = core if name == "tileattn_core" else IMPLS[name]
         row = dict(shape, impl=name)
@@ -319,7 +320,7 @@ def gap_suite(args, timer):
     q, k, v = (randn(B, L, H, D) for _ in range(3))
     plain = lambda: tileattn.attention(q, k, v)
     with_lse = lambda: tileattn.attention(q, k, v, return_lse=True)
-    rows = []
+    rows = Rows()
 
     def add(method, result):
         rows.append(dict(shape, impl="tileattn", method=method, **result, tflops=flops / result["ms"]))
@@ -467,16 +468,28 @@ def main():
                      "torch eager formula; tileattn.eager",
         suite_errors={},
     )
-    for suite in suites:  # the JSON is rewritten after each suite: a later failure keeps the rest
+    running = [[]]  # the running suite's rows, as they come (progress.py)
+
+    def write(partial=None):  # the finished suites' rows and the running one's so far
+        if partial is not None:
+            running[0] = partial
+        if args.out:
+            with open(args.out + ".part", "w") as f:
+                json.dump(dict(meta=meta, rows=rows + list(running[0])), f, indent=1)
+            os.replace(args.out + ".part", args.out)
+
+    Rows.hook = write  # the JSON rewritten after every row: a call cut off mid-suite keeps them
+    for suite in suites:
+        running[0] = []
         try:
             rows += globals()[suite + "_suite"](args, timer)
         except Exception as e:
+            rows += running[0]  # what the suite measured before it failed
             meta["suite_errors"][suite] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             print(f"suite {suite} failed: {meta['suite_errors'][suite]}", file=sys.stderr, flush=True)
             release_memory()
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        running[0] = []
+        write()
     print_tables(rows, copy_tbps)
     return 1 if meta["suite_errors"] else 0
 

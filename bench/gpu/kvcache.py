@@ -17,13 +17,14 @@ import sys
 import torch
 
 import tileattn
+from progress import Rows
 
 PAGE_SIZES = (16, 64, 256)
 GATHER_PAGE = 4  # not a multiple of 8: sm80 by default, sm90 gathers when forced
 
 
 def kvcache_suite(args, timer, shapes, release):
-    rows = []
+    rows = Rows()
     Hq, Hkv, D = 32, 8, 128
     for B, Lk in shapes:
         kv_gb = 2.0 * B * Lk * Hkv * D * 2 / 1e9
