@@ -195,8 +195,8 @@ void run_kv_head(const BackwardParams& bp, const SimdKernels& simd, int64_t b, i
                   p.dtype, bp.dout_stride.d, &ws.dout[r * Dl], D, 1.0f);
         simd.load(element_ptr(p.out, p.dtype, b * p.out_stride.b + row * p.out_stride.l + h * p.out_stride.h),
                   p.dtype, p.out_stride.d, ws.row.data(), D, 1.0f);
-        float delta = 0;
-        for (int64_t d = 0; d < D; ++d) delta += ws.dout[r * Dl + d] * ws.row[d];
+        float delta;  // rowsum(dO * O) on the SIMD dot product (a scalar chain of D dependent adds)
+        simd.dots(&ws.dout[r * Dl], Dl, 1, ws.row.data(), D, &delta, 1);
         if (bp.dlse)  // a loss on the LSE: dS = P (dP - (D - dlse))
           delta -= static_cast<const float*>(
               bp.dlse)[b * bp.dlse_stride.b + h * bp.dlse_stride.h + row * bp.dlse_stride.l];
