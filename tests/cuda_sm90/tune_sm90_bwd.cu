@@ -178,6 +178,18 @@ void gradients(const Buffers& m, const Shape& sh, const Path& run, std::vector<u
   CHECK(cudaMemcpy(out->data() + nq + nk, m.dv, nk * 2, cudaMemcpyDeviceToHost));
 }
 
+// Whether b's bf16 values [from, to) are within a bf16 step (1/128) of a's largest magnitude
+// there of a's (a NaN difference fails).
+bool within_a_step(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int64_t from, int64_t to) {
+  double worst = 0, largest = 0;
+  for (int64_t i = from; i < to; ++i) {
+    largest = std::max(largest, std::abs(double{detail::bf16_to_float(a[i])}));
+    const double d = std::abs(double{detail::bf16_to_float(a[i])} - detail::bf16_to_float(b[i]));
+    worst = std::isnan(d) ? d : std::max(worst, d);
+  }
+  return worst <= largest / 128;
+}
+
 // Whether a variant's kernel (persistent: over ctas CTAs) gives the library kernel's gradients for
 // sh: in deterministic mode the same bits of all three; otherwise dK and dV (each one CTA's) the
 // same bits, dQ (its additions race) within a bf16 step of its largest magnitude.
@@ -193,13 +205,7 @@ bool agrees(const Buffers& m, const Shape& sh, Variant variant, int64_t ctas, st
     gradients(m, sh, path, b);
     const int64_t from = deterministic ? 0 : nq;
     ok &= std::equal(a->begin() + from, a->begin() + n, b->begin() + from);
-    double worst = 0, largest = 0;
-    for (int64_t i = 0; i < nq; ++i) {
-      largest = std::max(largest, std::abs(double{detail::bf16_to_float((*a)[i])}));
-      const double d = std::abs(double{detail::bf16_to_float((*a)[i])} - detail::bf16_to_float((*b)[i]));
-      worst = std::isnan(d) ? d : std::max(worst, d);
-    }
-    ok &= worst <= largest / 128;  // NaN fails
+    ok &= within_a_step(*a, *b, 0, nq);
   }
   return ok;
 }
@@ -338,18 +344,9 @@ int main(int argc, char** argv) {
           r64.rows64();
           gradients(m, sh, path, &first);
           gradients(m, sh, r64, &again);
-          const int64_t nq = sh.q_elems(), nk = sh.k_elems();
-          bool ok = true;
-          for (int64_t from : {int64_t{0}, nq, nq + nk}) {  // each gradient within a bf16 step of its largest
-            const int64_t to = from == 0 ? nq : from + nk;
-            double worst = 0, largest = 0;
-            for (int64_t i = from; i < to; ++i) {
-              const double x = detail::bf16_to_float(first[i]), y = detail::bf16_to_float(again[i]);
-              largest = std::max(largest, std::abs(x));
-              worst = std::isnan(x - y) ? x - y : std::max(worst, std::abs(x - y));
-            }
-            ok &= worst <= largest / 128;
-          }
+          const int64_t nq = sh.q_elems(), nk = sh.k_elems();  // each gradient (their sums' order differs)
+          const bool ok = within_a_step(first, again, 0, nq) && within_a_step(first, again, nq, nq + nk) &&
+                          within_a_step(first, again, nq + nk, nq + 2 * nk);
           failed |= !ok;
           const float k80 = time_ms([&] { path.kernel(); }), k64 = time_ms([&] { r64.kernel(); });
           const float a80 = time_ms([&] { path.all(); }), a64 = time_ms([&] { r64.all(); });

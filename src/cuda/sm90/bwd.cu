@@ -71,16 +71,19 @@ __global__ void __launch_bounds__(256) dq_convert(const float* accum, T* dq, DqT
   }
 }
 
-template <class T, int kD, int kM = bwd_block_m(kD, true)>
+// The conversion for the tiles' block_m: the head dim's rows a step under a mask or without one.
+template <class T, int kD>
 void convert_for(const BackwardParams& b, const BwdParams& kp, unsigned grid, cudaStream_t stream) {
-  if (kp.dq_tiles.block_m != kM) {
-    if constexpr (kD == 128 && kM == 64)
-      return convert_for<T, kD, bwd_block_m(kD, false)>(b, kp, grid, stream);
-    throw RuntimeError("sm90 dQ conversion: block_m " + std::to_string(kp.dq_tiles.block_m) +
-                       " at head_dim " + std::to_string(kD) + " has no kernel");
-  }
-  dq_convert<T, kD, kM><<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<T*>(b.dq), kp.dq_tiles, b.fwd.seqs,
-                                                  b.dq_stride.b, b.dq_stride.l, b.dq_stride.h, kp.scale);
+  constexpr int kMasked = bwd_block_m(kD, true), kOpen = bwd_block_m(kD, false);
+  const int m = kp.dq_tiles.block_m;
+  auto* const kernel = m == kMasked ? &dq_convert<T, kD, kMasked>
+                       : m == kOpen ? &dq_convert<T, kD, kOpen>
+                                    : nullptr;
+  if (kernel == nullptr)
+    throw RuntimeError("sm90 dQ conversion: block_m " + std::to_string(m) + " at head_dim " +
+                       std::to_string(kD) + " has no kernel");
+  kernel<<<grid, 256, 0, stream>>>(kp.dq_accum, static_cast<T*>(b.dq), kp.dq_tiles, b.fwd.seqs, b.dq_stride.b,
+                                   b.dq_stride.l, b.dq_stride.h, kp.scale);
 }
 
 template <class T>
