@@ -94,13 +94,11 @@ void run_tile(const AttnParams& p, const Mask& mask, const SimdKernels& simd, co
               const Sink& sink, const PackedKv& packed, Workspace& ws) {
   const int64_t rows = q1 - q0, hk = h / p.group_size();
   // Columns of Q^T and S^T: this tile's rows rounded up to whole vectors (a short last tile
-  // or a single decode row does not pay for a full Br), Brn; their rows Brp apart, a vector
-  // more where Brn is a multiple of 512 bytes (rows 2 or 4 KiB apart share the L1's sets: the
-  // bf16 forward at 512-row tiles ran 1.06x, causal 1.13x, with the rows padded).
-  // O and V's rows Dl apart (line_pitch: 576 bytes at D = 128).
+  // or a single decode row does not pay for a full Br), Brn; their rows Brp apart and O and V's
+  // Dl, an odd number of cache lines (line_pitch: rows 2 or 4 KiB apart shared the L1's sets, and
+  // the bf16 forward at 512-row tiles ran 1.06x, causal 1.13x, with the rows padded).
   const int64_t D = p.head_dim, Dp = round_up(D, simd.width), Dl = line_pitch(Dp),
-                Brn = round_up(rows, simd.width);
-  const int64_t Brp = Brn % 128 == 0 ? Brn + simd.width : Brn;
+                Brn = round_up(rows, simd.width), Brp = line_pitch(Brn);
   const bool conditional = p.rescale == Rescale::kConditional;
   const bool k_in_place = p.dtype == DType::kFloat32 && p.k_stride.d == 1 && p.page_table == nullptr;
   // With softcap the GEMM yields S / softcap and the log2 factor is applied after tanh.
@@ -290,7 +288,7 @@ void run(const AttnParams& p) {
       tile.block_q = 512;
   }
   const int64_t D = p.head_dim, Dp = round_up(D, simd.width),
-                Brp = round_up(tile.block_q, simd.width) + simd.width;
+                Brp = line_pitch(round_up(tile.block_q, simd.width));  // run_tile's for a whole tile
   const int64_t q_tiles = (p.seqlen_q + tile.block_q - 1) / tile.block_q;
   const int64_t tiles = p.batch * p.heads_q * q_tiles;
   // The split count must not follow the thread count (block_q does): items of 64 rows decide.
